@@ -1,0 +1,135 @@
+"""Forward and backward stacks of projected LSTMs, with skip connections on layers >= 1."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import keras
+import tensorflow as tf
+
+from elmo_tf.layers.projected_lstm import ProjectedLSTM
+
+DIRECTIONS = ("forward", "backward")
+
+
+@keras.saving.register_keras_serializable(package="elmo_tf")
+class BiLSTM(keras.layers.Layer):
+    """The biLM's two independent LSTM stacks (Peters et al. 2018, §3.1).
+
+    The forward stack reads each row's valid steps left to right, the backward stack right to left
+    (the input is reversed within each row's length, so padding stays at the end, and the outputs are
+    reversed back). Layer l + 1 reads layer l's output; with skip connections, layers l >= 1 output
+    `x + m_t` (the recurrent state keeps m_t). Weights are separate per direction.
+
+    Args:
+      units: H, LSTM cell size.
+      projection_dim: P; the cell projects to P when P < H.
+      num_layers: L.
+      cell_clip, proj_clip: clip values or None.
+      use_skip_connections: residual connections around layers >= 1.
+      dropout: rate applied to every LSTM layer's input when `training` (the original's input dropout).
+
+    Call arguments:
+      inputs: float `[B, S, P]` token embeddings.
+      mask: bool `[B, S]`, a prefix of true per row. None = all valid.
+      initial_state: optional `{"forward": [(c, m)] * L, "backward": [(c, m)] * L}`; zeros when None.
+      training: bool.
+
+    Returns:
+      `(outputs, final_state)`: `outputs` a list of L tensors `[B, S, 2h]` (concat of forward and
+      backward, in input order, zero on masked steps); `final_state` in the `initial_state` layout.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        projection_dim: int,
+        num_layers: int,
+        cell_clip: Optional[float] = None,
+        proj_clip: Optional[float] = None,
+        use_skip_connections: bool = False,
+        dropout: float = 0.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"`num_layers` must be an integer >= 1; received {num_layers!r}.")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1); received {dropout!r}.")
+        self.units = units
+        self.projection_dim = projection_dim
+        self.num_layers = num_layers
+        self.cell_clip = cell_clip
+        self.proj_clip = proj_clip
+        self.use_skip_connections = use_skip_connections
+        self.dropout = dropout
+        cell_projection = projection_dim if projection_dim < units else None
+        self.forward_layers = [
+            ProjectedLSTM(units, cell_projection, cell_clip, proj_clip, name=f"forward_{layer}")
+            for layer in range(num_layers)
+        ]
+        self.backward_layers = [
+            ProjectedLSTM(units, cell_projection, cell_clip, proj_clip, name=f"backward_{layer}")
+            for layer in range(num_layers)
+        ]
+        self.output_dim = 2 * (cell_projection or units)
+
+    @property
+    def stacks(self) -> dict[str, list[ProjectedLSTM]]:
+        return {"forward": self.forward_layers, "backward": self.backward_layers}
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        for stack in self.stacks.values():
+            shape = input_shape
+            for lstm in stack:
+                lstm.build(shape)
+                shape = shape[:-1] + (lstm.output_dim,)
+        super().build(input_shape)
+
+    def zero_state(self, batch_size):
+        return {d: [lstm.zero_state(batch_size) for lstm in self.stacks[d]] for d in DIRECTIONS}
+
+    def call(self, inputs, mask=None, initial_state=None, training=False):
+        x = tf.convert_to_tensor(inputs)  # [B, S, P]
+        if mask is None:
+            mask = tf.ones(tf.shape(x)[:2], tf.bool)
+        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # [B]
+        outputs = {}
+        final_state = {}
+        for direction in DIRECTIONS:
+            backward = direction == "backward"
+            h = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0) if backward else x  # [B, S, P]
+            layer_outputs, states = [], []
+            for layer, lstm in enumerate(self.stacks[direction]):
+                layer_in = h
+                if training and self.dropout > 0.0:
+                    layer_in = tf.nn.dropout(layer_in, rate=self.dropout)
+                state = None if initial_state is None else initial_state[direction][layer]
+                out, new_state = lstm(layer_in, mask=mask, initial_state=state)  # [B, S, h]
+                if self.use_skip_connections and layer > 0:
+                    # The residual adds the layer's (dropped-out) input, as the original's wrapper order;
+                    # masked steps stay zero (zero output + zero input).
+                    out = out + layer_in
+                states.append(new_state)
+                layer_outputs.append(out)
+                h = out
+            if backward:
+                layer_outputs = [tf.reverse_sequence(o, lengths, seq_axis=1, batch_axis=0) for o in layer_outputs]
+            outputs[direction] = layer_outputs
+            final_state[direction] = states
+        merged = [tf.concat([f, b], axis=-1) for f, b in zip(outputs["forward"], outputs["backward"])]  # [B, S, 2h]
+        return merged, final_state
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            units=self.units,
+            projection_dim=self.projection_dim,
+            num_layers=self.num_layers,
+            cell_clip=self.cell_clip,
+            proj_clip=self.proj_clip,
+            use_skip_connections=self.use_skip_connections,
+            dropout=self.dropout,
+        )
+        return config

@@ -1,0 +1,106 @@
+"""Character CNN: char embedding -> one convolution per filter width -> max over positions -> activation."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import keras
+import tensorflow as tf
+
+from elmo_tf.char_ids import NUM_CHAR_IDS
+
+_ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}
+
+
+@keras.saving.register_keras_serializable(package="elmo_tf")
+class CharCNN(keras.layers.Layer):
+    """Context-free token features from a token's character ids (Peters et al. 2018, §3.4; Kim et al. 2016).
+
+    The embedding table holds the 261 real characters (ids 1..261); id 0 marks a padded token slot and
+    embeds to exactly zero, as in the original. Each filter k of width w_k and count n_k is a valid
+    1-D convolution over the C character positions; its output is max-pooled over positions and then
+    passed through the activation (both orders give the same values: the activations are monotonic).
+
+    Args:
+      filters: sequence of (width, count) pairs, in weight-file order.
+      embedding_dim: e, size of a character embedding.
+      max_characters_per_token: C, the number of char ids per token.
+      activation: "relu" or "tanh".
+
+    Call arguments:
+      char_ids: int `[..., C]` char ids (0..261).
+
+    Returns:
+      float32 `[..., F]` with F = sum of filter counts.
+    """
+
+    def __init__(
+        self,
+        filters: Sequence[Sequence[int]],
+        embedding_dim: int,
+        max_characters_per_token: int = 50,
+        activation: str = "relu",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.filters = tuple((int(w), int(n)) for w, n in filters)
+        if not self.filters or any(w <= 0 or n <= 0 for w, n in self.filters):
+            raise ValueError(f"`filters` must be non-empty (width, count) pairs > 0; received {filters!r}.")
+        if max(w for w, _ in self.filters) > max_characters_per_token:
+            raise ValueError(
+                f"Filter widths must be <= max_characters_per_token={max_characters_per_token}; "
+                f"received filters={filters!r}."
+            )
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"`activation` must be one of {sorted(_ACTIVATIONS)}; received {activation!r}.")
+        self.embedding_dim = int(embedding_dim)
+        self.max_characters_per_token = int(max_characters_per_token)
+        self.activation = activation
+        self.output_dim = sum(n for _, n in self.filters)
+
+    def build(self, input_shape=None):
+        # Rows are ids 1..261 (the original file's `char_embed`); id 0 is prepended as zeros at call time.
+        self.char_embed = self.add_weight(
+            name="char_embed",
+            shape=(NUM_CHAR_IDS - 1, self.embedding_dim),
+            initializer=keras.initializers.RandomUniform(-1.0, 1.0),
+        )
+        self.kernels, self.biases = [], []
+        for k, (width, count) in enumerate(self.filters):
+            # The original's training initialisation: scaled normal for relu, small uniform for tanh.
+            if self.activation == "relu":
+                init = keras.initializers.RandomNormal(stddev=(1.0 / (width * self.embedding_dim)) ** 0.5)
+            else:
+                init = keras.initializers.RandomUniform(-0.05, 0.05)
+            self.kernels.append(
+                self.add_weight(name=f"W_cnn_{k}", shape=(width, self.embedding_dim, count), initializer=init)
+            )
+            self.biases.append(self.add_weight(name=f"b_cnn_{k}", shape=(count,), initializer="zeros"))
+        super().build(input_shape)
+
+    def call(self, char_ids):
+        char_ids = tf.convert_to_tensor(char_ids)
+        lead = tf.shape(char_ids)[:-1]
+        ids = tf.reshape(char_ids, [-1, self.max_characters_per_token])  # [N, C]
+        table = tf.concat([tf.zeros([1, self.embedding_dim], self.compute_dtype), self.char_embed], 0)
+        x = tf.gather(table, ids)  # [N, C, e]
+        act = _ACTIVATIONS[self.activation]
+        features = []
+        for kernel, bias in zip(self.kernels, self.biases):
+            conv = tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias  # [N, C - w + 1, n]
+            features.append(act(tf.reduce_max(conv, axis=1)))  # [N, n]
+        out = tf.concat(features, axis=-1)  # [N, F]
+        return tf.reshape(out, tf.concat([lead, [self.output_dim]], 0))  # [..., F]
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.output_dim,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            filters=[list(f) for f in self.filters],
+            embedding_dim=self.embedding_dim,
+            max_characters_per_token=self.max_characters_per_token,
+            activation=self.activation,
+        )
+        return config
