@@ -73,6 +73,8 @@ class BiLSTM(keras.layers.Layer):
             for layer in range(num_layers)
         ]
         self.output_dim = 2 * (cell_projection or units)
+        # The mask is an explicit call argument; outputs carry no Keras mask (they are zero where masked).
+        self.supports_masking = True
 
     @property
     def stacks(self) -> dict[str, list[ProjectedLSTM]]:
@@ -120,6 +122,9 @@ class BiLSTM(keras.layers.Layer):
             final_state[direction] = states
         merged = [tf.concat([f, b], axis=-1) for f, b in zip(outputs["forward"], outputs["backward"])]  # [B, S, 2h]
         return merged, final_state
+
+    def compute_mask(self, inputs, mask=None):
+        return None
 
     def get_config(self):
         config = super().get_config()

@@ -60,6 +60,8 @@ class ProjectedLSTM(keras.layers.Layer):
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
         self.output_dim = projection_dim or units
+        # The mask is an explicit call argument; outputs carry no Keras mask (they are zero where masked).
+        self.supports_masking = True
 
     def build(self, input_shape):
         self.input_dim = int(input_shape[-1])
@@ -126,6 +128,9 @@ class ProjectedLSTM(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         batch = input_shape[0]
         return (tuple(input_shape[:-1]) + (self.output_dim,), ((batch, self.units), (batch, self.output_dim)))
+
+    def compute_mask(self, inputs, mask=None):
+        return None
 
     def get_config(self):
         config = super().get_config()

@@ -61,6 +61,8 @@ class ScalarMix(keras.layers.Layer):
         self.initial_gamma = float(initial_gamma)
         self.trainable_weights_flag = bool(trainable_weights)
         self.l2_coef = float(l2_coef)
+        # The mask is an explicit call argument; outputs carry no Keras mask (they are zero where masked).
+        self.supports_masking = True
 
     def build(self, input_shape=None):
         weights_init = (
@@ -109,6 +111,9 @@ class ScalarMix(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape[0]
+
+    def compute_mask(self, inputs, mask=None):
+        return None
 
     def get_config(self):
         config = super().get_config()
