@@ -123,6 +123,7 @@ class ProjectedLSTM(keras.layers.Layer):
             maximum_iterations=steps,
         )
         outputs = tf.transpose(outputs.stack(), [1, 0, 2])  # [B, S, h]
+        outputs.set_shape(x.shape[:2].concatenate([self.output_dim]))  # keep static B and S for Keras
         return outputs, (c, m)
 
     def compute_output_shape(self, input_shape):

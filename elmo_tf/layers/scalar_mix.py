@@ -90,6 +90,8 @@ class ScalarMix(keras.layers.Layer):
             raise ValueError(f"ScalarMix expects {self.num_layers} layers; received {len(layers)}.")
         layers = [tf.convert_to_tensor(h) for h in layers]  # each [B, T, D]
         dtype = layers[0].dtype
+        if isinstance(mask, (list, tuple)):  # Keras passes one (possibly None) mask per input layer
+            mask = next((m for m in mask if m is not None), None)
         if mask is None:
             mask = tf.ones(tf.shape(layers[0])[:2], tf.bool)
         mask_f = tf.cast(mask, dtype)[:, :, None]  # [B, T, 1]
@@ -108,9 +110,6 @@ class ScalarMix(keras.layers.Layer):
         mean = tf.reduce_sum(h * mask_f, axis=[1, 2], keepdims=True) / count  # [B, 1, 1]
         variance = tf.reduce_sum(tf.square((h - mean) * mask_f), axis=[1, 2], keepdims=True) / count
         return (h - mean) * tf.math.rsqrt(variance + _LAYER_NORM_EPSILON)
-
-    def compute_output_shape(self, input_shape):
-        return input_shape[0]
 
     def compute_mask(self, inputs, mask=None):
         return None

@@ -1,0 +1,35 @@
+"""Shared test set-up: quiet TensorFlow, the `slow` marker, and the reference fixtures."""
+
+import json
+import os
+import pathlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+FIXTURE_NAMES = ("tiny", "tiny2")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes more than a few seconds (subprocesses, exports); still runs in CI")
+
+
+class Fixture:
+    """One reference fixture: options, weights, and the original implementation's outputs."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.dir = FIXTURES / name
+        self.options_file = str(self.dir / "options.json")
+        self.weight_file = str(self.dir / "weights.hdf5")
+        self.ref = dict(np.load(self.dir / "reference.npz"))
+        self.sentences = json.loads(str(self.ref["sentences_json"]))
+        self.mask = self.ref["mask"]
+
+
+@pytest.fixture(params=FIXTURE_NAMES, scope="session")
+def fixture(request) -> Fixture:
+    return Fixture(request.param)

@@ -1,0 +1,73 @@
+import numpy as np
+import pytest
+
+from elmo_tf.layers.bilstm import BiLSTM
+from tests.layers import np_ops
+from tests.layers.harness import check_layer
+
+
+def reference(layer, x, lengths, skip):
+    mask = np.arange(x.shape[1])[None] < np.asarray(lengths)[:, None]
+    per_direction = {}
+    for direction, stack in layer.stacks.items():
+        h = np_ops.reverse_by_length(x, lengths) if direction == "backward" else x.astype(np.float64)
+        outs = []
+        for l, lstm in enumerate(stack):
+            proj = None if lstm.projection is None else lstm.projection.numpy()
+            out, _ = np_ops.lstm(h, mask, lstm.kernel.numpy(), lstm.bias.numpy(), proj, lstm.cell_clip, lstm.proj_clip)
+            if skip and l > 0:
+                out = out + h
+            outs.append(out)
+            h = out
+        if direction == "backward":
+            outs = [np_ops.reverse_by_length(o, lengths) for o in outs]
+        per_direction[direction] = outs
+    return [np.concatenate([f, b], -1) for f, b in zip(per_direction["forward"], per_direction["backward"])]
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["skip", "no-skip"])
+@pytest.mark.parametrize("units, proj", [(6, 4), (4, 4)], ids=["projected", "unprojected"])
+def test_matches_numpy_reference(skip, units, proj):
+    rng = np.random.default_rng(5)
+    lengths = [6, 2, 0, 4]
+    x = rng.normal(size=(4, 6, 4)).astype(np.float32)
+    mask = np.arange(6)[None] < np.array(lengths)[:, None]
+    x[~mask] = 0.0
+    kwargs = dict(units=units, projection_dim=proj, num_layers=3, cell_clip=2.0, proj_clip=1.0, use_skip_connections=skip)
+    layer, _ = check_layer(BiLSTM, kwargs, x, dict(mask=mask))
+    for w in layer.weights:
+        w.assign(rng.normal(size=w.shape).astype(np.float32))
+    outputs, _ = layer(x, mask=mask)
+    expected = reference(layer, x, lengths, skip)
+    assert len(outputs) == 3
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+        assert np.all(got.numpy()[~mask] == 0.0)
+
+
+def test_backward_direction_sees_each_row_reversed_within_its_length():
+    """A row's outputs equal those of the same row alone without padding (reversal respects lengths)."""
+    rng = np.random.default_rng(6)
+    layer = BiLSTM(5, 3, 2, use_skip_connections=True)
+    x = rng.normal(size=(2, 7, 3)).astype(np.float32)
+    mask = np.arange(7)[None] < np.array([[7], [4]])
+    batched, _ = layer(x, mask=mask)
+    alone, _ = layer(x[1:2, :4])
+    for b, a in zip(batched, alone):
+        np.testing.assert_allclose(b.numpy()[1, :4], a.numpy()[0], atol=1e-6)
+
+
+def test_dropout_only_in_training():
+    rng = np.random.default_rng(7)
+    layer = BiLSTM(4, 4, 1, dropout=0.5)
+    x = rng.normal(size=(2, 5, 4)).astype(np.float32)
+    inference = [layer(x, training=False)[0][0].numpy() for _ in range(2)]
+    np.testing.assert_array_equal(inference[0], inference[1])
+    assert not np.allclose(layer(x, training=True)[0][0].numpy(), inference[0])
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="num_layers"):
+        BiLSTM(4, 4, 0)
+    with pytest.raises(ValueError, match="dropout"):
+        BiLSTM(4, 4, 1, dropout=1.0)

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from elmo_tf.layers.projected_lstm import ProjectedLSTM
+from tests.layers import np_ops
+from tests.layers.harness import check_layer
+
+
+def randomize(layer, rng, scale=1.0):
+    for w in layer.weights:
+        w.assign((scale * rng.normal(size=w.shape)).astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(units=6, projection_dim=4, cell_clip=0.5, proj_clip=0.3),
+        dict(units=6, projection_dim=4),
+        dict(units=5),
+        dict(units=5, cell_clip=1.0),
+    ],
+    ids=["proj+clips", "proj", "no-proj", "no-proj+cell-clip"],
+)
+def test_matches_numpy_reference(kwargs):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3, 7, 4)).astype(np.float32)
+    mask = np.arange(7)[None] < np.array([[7], [3], [0]])
+    layer, _ = check_layer(ProjectedLSTM, kwargs, x)
+    randomize(layer, rng)
+    outputs, (c, m) = layer(x, mask=mask)
+    projection = None if layer.projection is None else layer.projection.numpy()
+    expected, (c_ref, m_ref) = np_ops.lstm(
+        x, mask, layer.kernel.numpy(), layer.bias.numpy(), projection, kwargs.get("cell_clip"), kwargs.get("proj_clip")
+    )
+    np.testing.assert_allclose(outputs.numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(c.numpy(), c_ref, atol=1e-5)
+    np.testing.assert_allclose(m.numpy(), m_ref, atol=1e-5)
+    assert np.all(outputs.numpy()[~mask] == 0.0)
+    assert np.all(c.numpy()[2] == 0.0)  # a zero-length row keeps its initial state
+
+
+def test_clipping_is_applied():
+    rng = np.random.default_rng(3)
+    layer = ProjectedLSTM(8, 4, cell_clip=0.1, proj_clip=0.05)
+    layer.build((None, None, 3))
+    randomize(layer, rng, scale=5.0)
+    outputs, (c, _) = layer(rng.normal(size=(2, 5, 3)).astype(np.float32))
+    assert np.abs(outputs.numpy()).max() <= 0.05 + 1e-7
+    assert np.abs(c.numpy()).max() <= 0.1 + 1e-7
+    assert np.isclose(np.abs(outputs.numpy()).max(), 0.05)  # the clip is active, not vacuous
+
+
+def test_initial_state_is_used_and_equals_continuing():
+    """Running 5 steps then 3 more from the carried state equals running all 8 steps."""
+    rng = np.random.default_rng(4)
+    layer = ProjectedLSTM(6, 3, cell_clip=3.0, proj_clip=3.0)
+    x = rng.normal(size=(2, 8, 4)).astype(np.float32)
+    full, final = layer(x)
+    first, state = layer(x[:, :5])
+    second, final2 = layer(x[:, 5:], initial_state=state)
+    np.testing.assert_allclose(np.concatenate([first, second], 1), full.numpy(), atol=1e-6)
+    np.testing.assert_allclose(final2[0].numpy(), final[0].numpy(), atol=1e-6)
+
+
+def test_forget_bias_added_at_run_time_not_stored():
+    layer = ProjectedLSTM(3)
+    layer.build((None, None, 2))
+    np.testing.assert_array_equal(layer.bias.numpy(), 0.0)
+    layer.kernel.assign(np.zeros_like(layer.kernel.numpy()))
+    # with zero weights: c_1 = sigmoid(0) * tanh(0) = 0; the forget gate only matters from c != 0, so
+    # set the candidate bias to make c_1 = sigmoid(0) * tanh(1) and check c_2 uses sigmoid(0 + 1).
+    bias = np.zeros(12, np.float32)
+    bias[3:6] = 1.0  # j
+    layer.bias.assign(bias)
+    _, (c, _) = layer(np.zeros((1, 2, 2), np.float32))
+    c1 = 0.5 * np.tanh(1.0)
+    np.testing.assert_allclose(c.numpy(), np_ops.sigmoid(1.0) * c1 + c1, atol=1e-6)
+
+
+def test_runs_in_tf_function_with_unknown_shapes():
+    layer = ProjectedLSTM(4, 2)
+    fn = tf.function(lambda x, m: layer(x, mask=m)[0], input_signature=[tf.TensorSpec([None, None, 3]), tf.TensorSpec([None, None], tf.bool)])
+    x = np.ones((2, 4, 3), np.float32)
+    mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0]], bool)
+    np.testing.assert_allclose(fn(x, mask).numpy(), layer(x, mask=mask)[0].numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [(dict(units=0), "units"), (dict(units=4, projection_dim=4), "projection_dim"), (dict(units=4, cell_clip=-1.0), "cell_clip")],
+)
+def test_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ProjectedLSTM(**kwargs)
