@@ -43,7 +43,11 @@ def main(argv):
         except ValueError:
             raise app.UsageError(f"--mix_weights must be numbers; got {FLAGS.mix_weights}.") from None
 
+    import tensorflow as tf
+
     from elmo_tf import ConfigError, ExportError, WeightFileError, export_original
+
+    tf.get_logger().setLevel("WARNING")  # TF's own INFO lines about saving are noise here
 
     start = time.time()
     try:

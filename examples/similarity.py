@@ -1,0 +1,42 @@
+"""Embeds a few sentences with an exported module and prints their cosine similarities.
+
+    python examples/similarity.py --module=hub_module
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+flags.DEFINE_string("module", "hub_module", "An exported elmo_tf module (export.py).")
+flags.DEFINE_multi_string("sentence", None, "Sentences to compare (repeat the flag); a default set otherwise.")
+FLAGS = flags.FLAGS
+
+DEFAULT_SENTENCES = [
+    "I deposited the cheque at the bank .",
+    "The bank approved my loan .",
+    "We sat on the grassy bank of the river .",
+    "北京 是 中国 的 首都 。",
+]
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    module = tf.saved_model.load(FLAGS.module)
+    sentences = FLAGS.sentence or DEFAULT_SENTENCES
+    out = module.signatures["default"](text=tf.constant(sentences))
+    vectors = out["default"].numpy()  # [B, 2P]: mean of ELMo over each sentence's tokens
+    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    print(f"elmo {tuple(out['elmo'].shape)}, sequence_len {out['sequence_len'].numpy().tolist()}")
+    print("Cosine similarity of the sentence vectors (`default` output):")
+    for i, s in enumerate(sentences):
+        row = " ".join(f"{v:+.3f}" for v in vectors @ vectors[i])
+        print(f"  [{i}] {row}   {s}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,30 @@
+# Sourced by run.sh and test.sh: makes sure the project's virtual environment exists and matches
+# requirements.txt (re-installing only when the file changed), then sets PYTHON to its interpreter.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${ELMO_TF_VENV:-$ROOT/.venv}"
+BASE_PYTHON="${BASE_PYTHON:-python3}"
+
+if ! command -v "$BASE_PYTHON" >/dev/null 2>&1; then
+  echo "elmo_tf needs Python 3.10-3.12 as '$BASE_PYTHON' (set BASE_PYTHON=/path/to/python3)." >&2
+  exit 1
+fi
+"$BASE_PYTHON" - <<'PY' || exit 1
+import sys
+if not (3, 10) <= sys.version_info[:2] <= (3, 12):
+    sys.exit(f"elmo_tf needs Python 3.10-3.12 (TensorFlow 2.21 wheels); found {sys.version.split()[0]}. "
+             "Set BASE_PYTHON to a suitable interpreter.")
+PY
+
+want="$(cat "$ROOT/requirements.txt" | sha256sum | cut -d' ' -f1)"
+stamp="$VENV/.requirements.sha256"
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "== Setting up $VENV (one-time; installs TensorFlow, a few minutes) =="
+  "$BASE_PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  "$VENV/bin/python" -m pip install --quiet --progress-bar off -r "$ROOT/requirements.txt"
+  echo "$want" > "$stamp"
+fi
+PYTHON="$VENV/bin/python"
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
+cd "$ROOT"
