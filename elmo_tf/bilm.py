@@ -140,6 +140,30 @@ class BiLM(keras.Model):
             "sequence_len": sequence_len,
         }
 
+    def lm_outputs(self, char_ids_forward, char_ids_backward, initial_state=None, training=False, dropout_seed=None):
+        """Top-layer outputs of both LMs on training windows (every slot a real token, no BOS/EOS stripping).
+
+        Args:
+          char_ids_forward: int `[B, U, C]`, the forward stream's window.
+          char_ids_backward: int `[B, U, C]`, the backward stream's window (sentences reversed).
+          initial_state: carried LSTM state (`BiLSTM` layout) or None for zeros.
+          dropout_seed: optional int `[2]` for stateless dropout.
+        Returns:
+          `(forward [B, U, h], backward [B, U, h], final_state)`.
+        """
+        embedded = []
+        for ids in (char_ids_forward, char_ids_backward):
+            ids = self.validate_char_ids(ids)
+            embedded.append(self.embed_tokens(ids, tf.reduce_any(ids > 0, axis=-1)))  # [B, U, P]
+        outputs, final_state = self.bilstm(
+            embedded[0],
+            initial_state=initial_state,
+            training=training,
+            backward_inputs=embedded[1],
+            dropout_seed=dropout_seed,
+        )
+        return outputs["forward"][-1], outputs["backward"][-1], final_state
+
     def get_config(self):
         return {"config": self.config.to_dict(), "dropout": self.dropout, "name": self.name}
 

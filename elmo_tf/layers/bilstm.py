@@ -34,10 +34,16 @@ class BiLSTM(keras.layers.Layer):
       mask: bool `[B, S]`, a prefix of true per row. None = all valid.
       initial_state: optional `{"forward": [(c, m)] * L, "backward": [(c, m)] * L}`; zeros when None.
       training: bool.
+      backward_inputs: optional float `[B, S, P]`, the backward stream in its own reading order
+        (training with truncated BPTT). When given, `inputs` feeds only the forward stack and the
+        per-direction outputs are returned unmerged (see Returns).
+      dropout_seed: optional int `[2]`; with it dropout is stateless (reproducible from the seed).
 
     Returns:
       `(outputs, final_state)`: `outputs` a list of L tensors `[B, S, 2h]` (concat of forward and
-      backward, in input order, zero on masked steps); `final_state` in the `initial_state` layout.
+      backward, in input order, zero on masked steps) — or, with `backward_inputs`, a dict
+      `{"forward": [L x [B, S, h]], "backward": [L x [B, S, h]]}`; `final_state` in the
+      `initial_state` layout.
     """
 
     def __init__(
@@ -92,21 +98,37 @@ class BiLSTM(keras.layers.Layer):
     def zero_state(self, batch_size):
         return {d: [lstm.zero_state(batch_size) for lstm in self.stacks[d]] for d in DIRECTIONS}
 
-    def call(self, inputs, mask=None, initial_state=None, training=False):
+    def call(
+        self,
+        inputs,
+        mask=None,
+        initial_state=None,
+        training=False,
+        backward_inputs=None,
+        dropout_seed=None,
+    ):
         x = tf.convert_to_tensor(inputs)  # [B, S, P]
         if mask is None:
             mask = tf.ones(tf.shape(x)[:2], tf.bool)
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # [B]
         outputs = {}
         final_state = {}
-        for direction in DIRECTIONS:
+        for d, direction in enumerate(DIRECTIONS):
             backward = direction == "backward"
-            h = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0) if backward else x  # [B, S, P]
+            # Inference: the backward stack reads each row reversed within its length. Training passes the
+            # backward stream explicitly (already in reading order, its own carried state), not reversed.
+            reverse = backward and backward_inputs is None
+            if not backward:
+                h = x
+            elif backward_inputs is not None:
+                h = tf.convert_to_tensor(backward_inputs)
+            else:
+                h = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)  # [B, S, P]
             layer_outputs, states = [], []
             for layer, lstm in enumerate(self.stacks[direction]):
                 layer_in = h
                 if training and self.dropout > 0.0:
-                    layer_in = tf.nn.dropout(layer_in, rate=self.dropout)
+                    layer_in = self._dropout(layer_in, dropout_seed, d * self.num_layers + layer)
                 state = None if initial_state is None else initial_state[direction][layer]
                 out, new_state = lstm(layer_in, mask=mask, initial_state=state)  # [B, S, h]
                 if self.use_skip_connections and layer > 0:
@@ -116,12 +138,21 @@ class BiLSTM(keras.layers.Layer):
                 states.append(new_state)
                 layer_outputs.append(out)
                 h = out
-            if backward:
+            if reverse:
                 layer_outputs = [tf.reverse_sequence(o, lengths, seq_axis=1, batch_axis=0) for o in layer_outputs]
             outputs[direction] = layer_outputs
             final_state[direction] = states
         merged = [tf.concat([f, b], axis=-1) for f, b in zip(outputs["forward"], outputs["backward"])]  # [B, S, 2h]
+        if backward_inputs is not None:
+            return outputs, final_state
         return merged, final_state
+
+    def _dropout(self, x, seed, index):
+        if seed is None:
+            return tf.nn.dropout(x, rate=self.dropout)
+        # Stateless: the mask is a function of (seed, layer), so a resumed run repeats it exactly.
+        layer_seed = tf.random.experimental.stateless_fold_in(seed, index)
+        return tf.nn.experimental.stateless_dropout(x, rate=self.dropout, seed=layer_seed)
 
     def compute_mask(self, inputs, mask=None):
         return None

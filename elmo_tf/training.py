@@ -1,0 +1,454 @@
+"""Training the biLM: distribution strategy, Adagrad, sampled softmax, truncated BPTT, checkpoints, evaluation.
+
+The recipe is the original's (bilm-tf): forward and backward LMs share one softmax; the loss is the
+mean of the two directions' sampled-softmax losses; Adagrad (learning rate 0.2, initial accumulator
+1.0); gradients clipped to a global norm of 10; dropout 0.1; windows of 20 tokens with each batch
+row's LSTM state carried from one window to the next.
+
+Distribution: one global batch per step, split by rows across the replicas of a
+`tf.distribute.Strategy` (MirroredStrategy on the visible GPUs, MultiWorkerMirroredStrategy across
+machines). All replicas of a step share one draw of negatives; gradients are summed across replicas
+and then clipped, so a step on N replicas equals a step on one device (up to float rounding).
+
+Everything needed to continue exactly is in the checkpoint: model, softmax, optimizer slots, step,
+the carried LSTM states and the tf.data iterator (the data position). Randomness (negatives, dropout)
+is stateless, derived from (seed, step), so a resumed run repeats the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import time
+from typing import Any, Callable, Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from elmo_tf import data
+from elmo_tf.bilm import BiLM
+from elmo_tf.config import BiLMConfig
+from elmo_tf.layers.bilstm import DIRECTIONS
+from elmo_tf.softmax import LMSoftmax, sample_log_uniform_unique
+from elmo_tf.vocab import Vocabulary
+
+
+class TrainingError(RuntimeError):
+    """Training cannot continue (e.g. a non-finite loss); the last good checkpoint is kept."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings (defaults: the original recipe).
+
+    Attributes:
+      batch_size: rows per replica; the global batch is batch_size * replicas.
+      unroll_steps: tokens per window (truncated BPTT length).
+      n_negative_samples: negatives per step for the sampled softmax (>= vocab size: full softmax).
+      learning_rate, initial_accumulator_value: Adagrad.
+      clip_norm: global gradient-norm clip.
+      dropout: LSTM-input and softmax-input dropout rate.
+      seed: seeds the data order, negatives and dropout.
+      max_steps: stop after this many steps (None: run the data's epochs).
+      n_epochs: passes over the corpus (None with max_steps: repeat as needed).
+      checkpoint_every: steps between checkpoints (also on exit, SIGTERM and SIGINT).
+      keep_checkpoints: how many checkpoints to keep.
+      log_every: steps between TensorBoard summaries.
+      eval_every: steps between held-out evaluations (0: only at the end).
+    """
+
+    batch_size: int = 128
+    unroll_steps: int = 20
+    n_negative_samples: int = 8192
+    learning_rate: float = 0.2
+    initial_accumulator_value: float = 1.0
+    clip_norm: float = 10.0
+    dropout: float = 0.1
+    seed: int = 0
+    max_steps: Optional[int] = None
+    n_epochs: Optional[int] = None
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 3
+    log_every: int = 20
+    eval_every: int = 0
+
+    def __post_init__(self):
+        positive = ("batch_size", "unroll_steps", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1; received {value!r}.")
+        for name in ("max_steps", "n_epochs"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"`{name}` must be None or an integer >= 1; received {value!r}.")
+        if self.max_steps is None and self.n_epochs is None:
+            raise ValueError("Set `max_steps` or `n_epochs` (or both); otherwise training never ends.")
+        if not self.learning_rate > 0:
+            raise ValueError(f"`learning_rate` must be > 0; received {self.learning_rate!r}.")
+        if not self.clip_norm > 0:
+            raise ValueError(f"`clip_norm` must be > 0; received {self.clip_norm!r}.")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1); received {self.dropout!r}.")
+        if self.eval_every < 0:
+            raise ValueError(f"`eval_every` must be >= 0; received {self.eval_every!r}.")
+
+
+def training_options(bilm_config: BiLMConfig, vocab: Vocabulary, train_config: TrainConfig) -> BiLMConfig:
+    """The model config with the original's training fields filled in from this run (written to save_dir)."""
+    training = dict(bilm_config.training)
+    training.update(
+        bidirectional=True,
+        batch_size=train_config.batch_size,
+        unroll_steps=train_config.unroll_steps,
+        n_negative_samples_batch=train_config.n_negative_samples,
+        dropout=train_config.dropout,
+        all_clip_norm_val=train_config.clip_norm,
+        n_tokens_vocab=vocab.size,
+    )
+    if train_config.n_epochs is not None:
+        training["n_epochs"] = train_config.n_epochs
+    return dataclasses.replace(bilm_config, training=training)
+
+
+def make_strategy(num_gpus: Optional[int] = None) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy when TF_CONFIG names several workers; else MirroredStrategy.
+
+    MirroredStrategy uses all visible GPUs (or the first `num_gpus`), or the logical CPU devices when
+    there is no GPU (tests split the CPU into several).
+    """
+    tf_config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
+    workers = tf_config.get("cluster", {}).get("worker", [])
+    if len(workers) > 1:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    gpus = tf.config.list_logical_devices("GPU")
+    if num_gpus is not None:
+        if num_gpus > len(gpus):
+            raise ValueError(f"--num_gpus={num_gpus} but only {len(gpus)} GPU(s) are visible.")
+        gpus = gpus[:num_gpus]
+    devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(devices)
+
+
+class Trainer:
+    """Trains a `BiLM` + shared `LMSoftmax` under a strategy, with exact resume from `save_dir`.
+
+    Args:
+      bilm_config: the model.
+      vocab: the target vocabulary.
+      train_config: optimisation settings.
+      save_dir: checkpoints, `options.json`, `vocab.txt`, `train_config.json`, TensorBoard logs.
+      strategy: a `tf.distribute.Strategy` (default: the default strategy, one device).
+    """
+
+    def __init__(
+        self,
+        bilm_config: BiLMConfig,
+        vocab: Vocabulary,
+        train_config: TrainConfig,
+        save_dir: str,
+        strategy: Optional[tf.distribute.Strategy] = None,
+    ):
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.vocab = vocab
+        self.train_config = train_config
+        self.save_dir = save_dir
+        self.bilm_config = training_options(bilm_config, vocab, train_config)
+        self.num_replicas = self.strategy.num_replicas_in_sync
+        self.global_batch = train_config.batch_size * self.num_replicas
+        self.use_sampled = train_config.n_negative_samples < vocab.size
+        keras.utils.set_random_seed(train_config.seed)  # the initial weights follow the run's seed
+        with self.strategy.scope():
+            self.model = BiLM(self.bilm_config, dropout=train_config.dropout, name="bilm")
+            self.model.build()
+            self.softmax = LMSoftmax(vocab.size, self.bilm_config.lstm.output_dim, name="softmax")
+            self.softmax.build()
+            self.variables = list(self.model.trainable_weights) + list(self.softmax.trainable_weights)
+            self.optimizer = keras.optimizers.Adagrad(
+                learning_rate=train_config.learning_rate,
+                initial_accumulator_value=train_config.initial_accumulator_value,
+            )
+            self.optimizer.build(self.variables)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        # Carried LSTM states of every batch row: plain variables holding the global batch (each replica
+        # reads and writes its own rows); explicit, checkpointed, never used by inference.
+        self._state_structure = self.model.bilstm.zero_state(self.global_batch)
+        self.states = [
+            tf.Variable(t, trainable=False, name=f"carried_state_{i}")
+            for i, t in enumerate(tf.nest.flatten(self._state_structure))
+        ]
+        self._stop_requested = False
+
+    # -- one step ---------------------------------------------------------------------------------
+    def _seed(self, step, purpose: int) -> tf.Tensor:
+        base = tf.stack([tf.constant(self.train_config.seed, tf.int64), tf.cast(step, tf.int64)])
+        return tf.random.experimental.stateless_fold_in(base, purpose)
+
+    def _replica_loss(self, batch, states, sampled, num_tries, dropout_seed):
+        """Per replica: its rows of the global batch -> (loss_forward, loss_backward, final states)."""
+        ctx = tf.distribute.get_replica_context()
+        rows = self.train_config.batch_size
+        start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * rows
+        local = {k: v[start : start + rows] for k, v in batch.items()}
+        initial = tf.nest.pack_sequence_as(self._state_structure, [s[start : start + rows] for s in states])
+        seed = tf.random.experimental.stateless_fold_in(dropout_seed, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
+        forward, backward, final = self.model.lm_outputs(
+            local["char_ids_forward"], local["char_ids_backward"], initial_state=initial, training=True, dropout_seed=seed
+        )
+        losses = []
+        for d, (outputs, targets) in enumerate(((forward, local["targets_forward"]), (backward, local["targets_backward"]))):
+            h = tf.reshape(outputs, [-1, outputs.shape[-1]])  # [b * U, h]
+            if self.train_config.dropout > 0:
+                h = tf.nn.experimental.stateless_dropout(
+                    h, rate=self.train_config.dropout, seed=tf.random.experimental.stateless_fold_in(seed, 1000 + d)
+                )
+            labels = tf.reshape(targets, [-1])
+            if self.use_sampled:
+                per_token = self.softmax.sampled_loss(h, labels, sampled, num_tries)
+            else:
+                per_token = self.softmax.full_loss(h, labels)
+            losses.append(tf.reduce_mean(per_token))
+        return losses[0], losses[1], final
+
+    @tf.function
+    def _train_step(self, batch):
+        step = self.step.read_value()
+        if self.use_sampled:
+            sampled, num_tries = sample_log_uniform_unique(
+                self._seed(step, 1), self.train_config.n_negative_samples, self.vocab.size
+            )
+        else:
+            sampled, num_tries = tf.zeros([0], tf.int64), tf.constant(0.0)
+        states = [s.read_value() for s in self.states]
+        dropout_seed = self._seed(step, 2)
+
+        def replica_fn(batch, states, sampled, num_tries):
+            ctx = tf.distribute.get_replica_context()
+            with tf.GradientTape() as tape:
+                loss_f, loss_b, final = self._replica_loss(batch, states, sampled, num_tries, dropout_seed)
+                loss = 0.5 * (loss_f + loss_b)
+                scaled = loss / ctx.num_replicas_in_sync  # gradients are summed across replicas
+            grads = tape.gradient(scaled, self.variables)
+            grads = [tf.convert_to_tensor(g) for g in grads]  # the softmax gradient arrives as IndexedSlices
+            # Clip by the norm of the *summed* gradient (as on one device): the sum is needed for the norm;
+            # Keras then sums the scaled local gradients itself when it applies them.
+            total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            norm = tf.linalg.global_norm(total)
+            scale = tf.minimum(1.0, self.train_config.clip_norm / tf.maximum(norm, 1e-12))
+            self.optimizer.apply([g * scale for g in grads], self.variables)
+            return loss_f, loss_b, norm, tf.nest.flatten(final)
+
+        loss_f, loss_b, norm, final = self.strategy.run(replica_fn, args=(batch, states, sampled, num_tries))
+        for variable, value in zip(self.states, final):
+            variable.assign(self.strategy.gather(value, axis=0))
+        self.step.assign_add(1)
+        mean = tf.distribute.ReduceOp.MEAN
+        return {
+            "loss_forward": self.strategy.reduce(mean, loss_f, axis=None),
+            "loss_backward": self.strategy.reduce(mean, loss_b, axis=None),
+            "grad_norm": self.strategy.reduce(mean, norm, axis=None),
+        }
+
+    def train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, float]:
+        """One optimisation step on a global batch (the layout of `data.lm_windows`)."""
+        return {k: float(v) for k, v in self._train_step(batch).items()}
+
+    # -- evaluation -------------------------------------------------------------------------------
+    @tf.function
+    def _eval_step(self, batch, states):
+        initial = tf.nest.pack_sequence_as(self._state_structure, states)
+        forward, backward, final = self.model.lm_outputs(
+            batch["char_ids_forward"], batch["char_ids_backward"], initial_state=initial, training=False
+        )
+        sums = []
+        for outputs, d in ((forward, "forward"), (backward, "backward")):
+            h = tf.reshape(outputs, [-1, outputs.shape[-1]])
+            nll = self.softmax.full_loss(h, tf.reshape(batch[f"targets_{d}"], [-1]))
+            weights = tf.reshape(batch[f"weights_{d}"], [-1])
+            sums.append(tf.reduce_sum(nll * weights))
+            sums.append(tf.reduce_sum(weights))
+        return sums, tf.nest.flatten(final)
+
+    def evaluate(self, file_pattern: str, batch_size: Optional[int] = None) -> dict[str, float]:
+        """Held-out perplexity with the full softmax: streams of windows, state carried, every token once."""
+        batch_size = batch_size or self.global_batch
+        dataset = data.heldout_windows(
+            file_pattern,
+            self.vocab,
+            batch_size=batch_size,
+            unroll_steps=self.train_config.unroll_steps,
+            max_chars=self.bilm_config.char_cnn.max_characters_per_token,
+        )
+        states = tf.nest.flatten(self.model.bilstm.zero_state(batch_size))
+        totals = np.zeros(4, np.float64)
+        for batch in dataset:
+            sums, states = self._eval_step(batch, states)
+            totals += np.array([float(s) for s in sums])
+        if totals[1] == 0:
+            raise ValueError(f"The held-out files {file_pattern!r} hold no tokens.")
+        nll_f, nll_b = totals[0] / totals[1], totals[2] / totals[3]
+        return {
+            "perplexity": math.exp(0.5 * (nll_f + nll_b)),
+            "perplexity_forward": math.exp(nll_f),
+            "perplexity_backward": math.exp(nll_b),
+            "tokens": int(totals[1]),
+        }
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _checkpoint(self, iterator) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(
+            model=self.model,
+            softmax=self.softmax,
+            optimizer=self.optimizer,
+            step=self.step,
+            states=self.states,
+            data=iterator,
+        )
+
+    def _write_run_files(self) -> None:
+        os.makedirs(self.save_dir, exist_ok=True)
+        self.bilm_config.to_json_file(os.path.join(self.save_dir, "options.json"))
+        vocab_path = os.path.join(self.save_dir, "vocab.txt")
+        if not os.path.exists(vocab_path):
+            self.vocab.to_file(vocab_path)
+        tmp = os.path.join(self.save_dir, f"train_config.json.tmp-{os.getpid()}")
+        with open(tmp, "w") as f:
+            json.dump(dataclasses.asdict(self.train_config), f, indent=2, sort_keys=True)
+        os.replace(tmp, os.path.join(self.save_dir, "train_config.json"))
+
+    def _is_chief(self) -> bool:
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        if resolver is None or not resolver.cluster_spec().as_dict():
+            return True
+        return resolver.task_type in ("chief", None) or (resolver.task_type == "worker" and resolver.task_id == 0)
+
+    def _request_stop(self, signum, frame):
+        logging.warning("Received signal %d: saving a checkpoint and stopping after this step.", signum)
+        self._stop_requested = True
+
+    def train(
+        self,
+        train_pattern: str,
+        heldout_pattern: Optional[str] = None,
+        on_step: Optional[Callable[[int, dict[str, float]], None]] = None,
+    ) -> dict[str, Any]:
+        """Trains until `max_steps` or the end of `n_epochs`, resuming from the latest checkpoint in save_dir.
+
+        Returns a summary dict (`step`, last losses, and the held-out perplexities if a held-out corpus is given).
+        """
+        tc = self.train_config
+        chief = self._is_chief()
+        dataset = data.lm_windows(
+            train_pattern,
+            self.vocab,
+            batch_size=self.global_batch,
+            unroll_steps=tc.unroll_steps,
+            max_chars=self.bilm_config.char_cnn.max_characters_per_token,
+            n_epochs=tc.n_epochs,
+            seed=tc.seed,
+        )
+        iterator = iter(dataset)
+        checkpoint = self._checkpoint(iterator)
+        ckpt_dir = os.path.join(self.save_dir, "checkpoints")
+        if not chief:  # every worker must save (collectives), only the chief keeps its copy
+            ckpt_dir = os.path.join(self.save_dir, f".worker_tmp_{self.strategy.cluster_resolver.task_id}")
+        manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=tc.keep_checkpoints)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+            logging.info("Resumed from %s at step %d.", manager.latest_checkpoint, int(self.step.numpy()))
+        elif chief:
+            self._write_run_files()
+        writer = tf.summary.create_file_writer(os.path.join(self.save_dir, "tensorboard")) if chief else None
+
+        previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        progbar = keras.utils.Progbar(
+            tc.max_steps, stateful_metrics=["loss", "ppl", "ppl_fw", "ppl_bw", "tok/s"], unit_name="step"
+        )
+        tokens_per_step = self.global_batch * tc.unroll_steps
+        metrics: dict[str, float] = {}
+        last_saved = int(self.step.numpy())
+        start_step, start_time = last_saved, time.time()
+        try:
+            while tc.max_steps is None or int(self.step.numpy()) < tc.max_steps:
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    break
+                metrics = self.train_step(batch)
+                step = int(self.step.numpy())
+                loss = 0.5 * (metrics["loss_forward"] + metrics["loss_backward"])
+                if not math.isfinite(loss):
+                    raise TrainingError(
+                        f"Loss became {loss} at step {step}; stopping without saving. The last good checkpoint in "
+                        f"{ckpt_dir!r} is kept (step {last_saved}). Lower --learning_rate or check the data."
+                    )
+                rate = (step - start_step) * tokens_per_step / max(time.time() - start_time, 1e-9)
+                progbar.update(
+                    step,
+                    [("loss", loss), ("ppl", math.exp(min(loss, 50))), ("tok/s", rate)],
+                )
+                if writer is not None and step % tc.log_every == 0:
+                    with writer.as_default(step=step):
+                        tf.summary.scalar("loss", loss)
+                        for d in DIRECTIONS:
+                            tf.summary.scalar(f"perplexity_{d}", math.exp(min(metrics[f"loss_{d}"], 50)))
+                        tf.summary.scalar("tokens_per_second", rate)
+                        tf.summary.scalar("learning_rate", float(tc.learning_rate))
+                        tf.summary.scalar("gradient_norm", metrics["grad_norm"])
+                if on_step is not None:
+                    on_step(step, metrics)
+                if step % tc.checkpoint_every == 0 or self._stop_requested:
+                    manager.save(checkpoint_number=step)
+                    last_saved = step
+                if heldout_pattern and tc.eval_every and step % tc.eval_every == 0:
+                    self._log_eval(heldout_pattern, step, writer)
+                if self._stop_requested:
+                    logging.warning("Stopped at step %d on request; checkpoint saved.", step)
+                    break
+            step = int(self.step.numpy())
+            if step != last_saved:
+                manager.save(checkpoint_number=step)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        summary: dict[str, Any] = {"step": int(self.step.numpy()), **metrics}
+        if heldout_pattern and not self._stop_requested:
+            summary.update(self._log_eval(heldout_pattern, summary["step"], writer))
+        if not chief:
+            tf.io.gfile.rmtree(ckpt_dir)
+        return summary
+
+    def _log_eval(self, heldout_pattern, step, writer) -> dict[str, float]:
+        result = self.evaluate(heldout_pattern)
+        logging.info(
+            "step %d held-out perplexity %.2f (forward %.2f, backward %.2f) over %d tokens",
+            step,
+            result["perplexity"],
+            result["perplexity_forward"],
+            result["perplexity_backward"],
+            result["tokens"],
+        )
+        if writer is not None:
+            with writer.as_default(step=step):
+                for key in ("perplexity", "perplexity_forward", "perplexity_backward"):
+                    tf.summary.scalar(f"heldout/{key}", result[key])
+        return {f"heldout_{k}": v for k, v in result.items()}
+
+
+def restore_bilm(save_dir: str) -> BiLM:
+    """The `BiLM` of the latest checkpoint in a training `save_dir` (for export and evaluation)."""
+    options = os.path.join(save_dir, "options.json")
+    if not os.path.isfile(options):
+        raise FileNotFoundError(f"{save_dir!r} is not a training directory: it has no options.json.")
+    latest = tf.train.latest_checkpoint(os.path.join(save_dir, "checkpoints"))
+    if latest is None:
+        raise FileNotFoundError(f"{save_dir!r} holds no checkpoint under checkpoints/.")
+    model = BiLM(BiLMConfig.from_json_file(options), name="bilm")
+    model.build()
+    tf.train.Checkpoint(model=model).restore(latest).expect_partial().assert_existing_objects_matched()
+    return model

@@ -1,0 +1,138 @@
+"""Trains an ELMo biLM on raw text, then exports it as a TF-Hub module.
+
+    python train.py                      # `small` on the English corpus shipped in data/, then hub_module/
+    python train.py --train_prefix='corpus/*.txt' --vocab_file=vocab.txt --save_dir=runs/mine --preset=original
+    python train.py --mode=eval --save_dir=runs/mine --heldout_prefix='heldout/*.txt'
+
+A run resumes from the latest checkpoint in --save_dir. See elmo_tf/training.py for the recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_TRAIN = os.path.join(HERE, "data", "english", "train", "*.txt")
+DEFAULT_HELDOUT = os.path.join(HERE, "data", "english", "heldout", "*.txt")
+
+# Data (the first three are the original's names).
+flags.DEFINE_string("train_prefix", DEFAULT_TRAIN, "Glob of training shards: one tokenized sentence per line.")
+flags.DEFINE_string("vocab_file", None, "Vocabulary (<S>, </S>, <UNK>, then words); built from the corpus if missing. "
+                    "Default: SAVE_DIR/vocab.txt.")
+flags.DEFINE_string("save_dir", os.path.join(HERE, "runs", "small"), "Checkpoints, options.json, TensorBoard logs.")
+flags.DEFINE_string("heldout_prefix", DEFAULT_HELDOUT, "Glob of held-out shards for perplexity ('' to skip).")
+# Model.
+flags.DEFINE_enum("preset", "small", ["small", "original"], "Model size, unless --options_file is given.")
+flags.DEFINE_string("options_file", None, "An options.json (original layout) instead of --preset.")
+# Recipe (defaults from the preset / the original).
+flags.DEFINE_integer("batch_size", None, "Rows per replica (default: the preset's).")
+flags.DEFINE_integer("unroll_steps", None, "Tokens per window (default: the preset's, 20).")
+flags.DEFINE_integer("n_negative_samples", None, "Negatives per step for the sampled softmax (default: the preset's).")
+flags.DEFINE_float("learning_rate", 0.2, "Adagrad learning rate.")
+flags.DEFINE_float("dropout", None, "Dropout (default: the preset's, 0.1).")
+flags.DEFINE_integer("max_steps", None, "Stop after this many steps. Default: 600 for the default run, else none.")
+flags.DEFINE_integer("n_epochs", None, "Passes over the corpus (default: repeat until --max_steps).")
+flags.DEFINE_integer("vocab_size", None, "Size cut when building the vocabulary (default: the preset's n_tokens_vocab).")
+flags.DEFINE_integer("min_count", 1, "Minimum count when building the vocabulary.")
+flags.DEFINE_integer("checkpoint_every", 200, "Steps between checkpoints.")
+flags.DEFINE_integer("eval_every", 0, "Steps between held-out evaluations (0: at the end only).")
+flags.DEFINE_integer("seed", 0, "Seed of the data order, negatives and dropout.")
+# Devices.
+flags.DEFINE_integer("num_gpus", None, "Use the first N visible GPUs (default: all). Multi-machine: set TF_CONFIG.")
+# What to do.
+flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (then export), or eval: held-out perplexity of --save_dir.")
+flags.DEFINE_string("export_dir", os.path.join(HERE, "hub_module"), "Export the trained model here ('' to skip).")
+FLAGS = flags.FLAGS
+
+
+def _check_flags() -> None:
+    if FLAGS.options_file and FLAGS["preset"].present:
+        raise app.UsageError("Give either --preset or --options_file, not both.")
+    for name in ("batch_size", "unroll_steps", "n_negative_samples", "max_steps", "n_epochs", "vocab_size", "checkpoint_every"):
+        value = FLAGS[name].value
+        if value is not None and value < 1:
+            raise app.UsageError(f"--{name} must be >= 1; got {value}.")
+    if FLAGS.learning_rate <= 0:
+        raise app.UsageError(f"--learning_rate must be > 0; got {FLAGS.learning_rate}.")
+    if FLAGS.dropout is not None and not 0 <= FLAGS.dropout < 1:
+        raise app.UsageError(f"--dropout must be in [0, 1); got {FLAGS.dropout}.")
+    if FLAGS.mode == "eval" and not FLAGS.heldout_prefix:
+        raise app.UsageError("--mode=eval needs --heldout_prefix.")
+    if FLAGS.eval_every and not FLAGS.heldout_prefix:
+        raise app.UsageError("--eval_every needs --heldout_prefix.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    _check_flags()
+    import tensorflow as tf
+
+    from elmo_tf import ConfigError, export_module, presets, training
+    from elmo_tf.config import BiLMConfig
+    from elmo_tf.vocab import Vocabulary, VocabError
+
+    tf.get_logger().setLevel("WARNING")
+    if FLAGS.mode == "eval":
+        trainer_config = json.load(open(os.path.join(FLAGS.save_dir, "train_config.json")))
+        vocab = Vocabulary.from_file(os.path.join(FLAGS.save_dir, "vocab.txt"))
+        config = BiLMConfig.from_json_file(os.path.join(FLAGS.save_dir, "options.json"))
+        trainer = training.Trainer(config, vocab, training.TrainConfig(**trainer_config), FLAGS.save_dir)
+        latest = tf.train.latest_checkpoint(os.path.join(FLAGS.save_dir, "checkpoints"))
+        if latest is None:
+            raise app.UsageError(f"No checkpoint in {FLAGS.save_dir}/checkpoints.")
+        tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax).restore(latest).expect_partial()
+        result = trainer.evaluate(FLAGS.heldout_prefix)
+        print(json.dumps(result))
+        return
+
+    try:
+        config = BiLMConfig.from_json_file(FLAGS.options_file) if FLAGS.options_file else presets.preset(FLAGS.preset)
+    except ConfigError as e:
+        raise app.UsageError(str(e)) from None
+    recipe = config.training
+    vocab_file = FLAGS.vocab_file or os.path.join(FLAGS.save_dir, "vocab.txt")
+    os.makedirs(FLAGS.save_dir, exist_ok=True)
+    try:
+        if os.path.exists(vocab_file):
+            vocab = Vocabulary.from_file(vocab_file)
+        else:
+            max_size = FLAGS.vocab_size or recipe.get("n_tokens_vocab")
+            logging.info("Building the vocabulary from %s (max size %s) into %s", FLAGS.train_prefix, max_size, vocab_file)
+            vocab = Vocabulary.build(FLAGS.train_prefix, max_size=max_size, min_count=FLAGS.min_count)
+            vocab.to_file(vocab_file)
+    except VocabError as e:
+        raise app.UsageError(str(e)) from None
+
+    default_run = not any(FLAGS[name].present for name in ("max_steps", "n_epochs"))
+    train_config = training.TrainConfig(
+        batch_size=FLAGS.batch_size or recipe.get("batch_size", 128),
+        unroll_steps=FLAGS.unroll_steps or recipe.get("unroll_steps", 20),
+        n_negative_samples=FLAGS.n_negative_samples or recipe.get("n_negative_samples_batch", 8192),
+        learning_rate=FLAGS.learning_rate,
+        clip_norm=float(recipe.get("all_clip_norm_val", 10.0)),
+        dropout=FLAGS.dropout if FLAGS.dropout is not None else recipe.get("dropout", 0.1),
+        seed=FLAGS.seed,
+        max_steps=600 if default_run else FLAGS.max_steps,
+        n_epochs=FLAGS.n_epochs,
+        checkpoint_every=FLAGS.checkpoint_every,
+        eval_every=FLAGS.eval_every,
+    )
+    strategy = training.make_strategy(FLAGS.num_gpus)
+    logging.info("Training on %d replica(s): %s", strategy.num_replicas_in_sync, strategy.extended.worker_devices)
+    trainer = training.Trainer(config, vocab, train_config, FLAGS.save_dir, strategy)
+    summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None)
+    logging.info("Finished: %s", json.dumps(summary))
+    if FLAGS.export_dir and trainer._is_chief():
+        path = export_module(trainer.model, FLAGS.export_dir)
+        logging.info("Exported the trained model to %s", path)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    app.run(main)
