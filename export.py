@@ -1,6 +1,8 @@
-"""Exports an ELMo biLM (original options.json + weights.hdf5) as a TF2 SavedModel with TF-Hub signatures.
+"""Exports an ELMo biLM as a TF2 SavedModel with TF-Hub signatures (or in the original HDF5 format).
 
     python export.py --options_file=OPTIONS.json --weight_file=WEIGHTS.hdf5 --export_dir=hub_module
+    python export.py --checkpoint_dir=runs/small --export_dir=hub_module          # a model trained here
+    python export.py --checkpoint_dir=runs/small --format=hdf5 --export_dir=out   # options.json + weights.hdf5
 
 The result loads with `tf.saved_model.load`, `hub.KerasLayer`, `keras.layers.TFSMLayer`,
 `saved_model_cli` and TF Serving. See `elmo_tf/hub_export.py` for the signatures and outputs.
@@ -15,10 +17,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
-# Required.
+# The model: either the original files, or a training directory of train.py.
 flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout).")
 flags.DEFINE_string("weight_file", None, "The model's weights.hdf5 (original bilm-tf layout).")
-# Optional.
+flags.DEFINE_string("checkpoint_dir", None, "A train.py --save_dir: exports its latest checkpoint.")
+# Output.
+flags.DEFINE_enum("format", "saved_model", ["saved_model", "hdf5"],
+                  "saved_model: the TF-Hub module; hdf5: options.json + weights.hdf5 in the original layout.")
 flags.DEFINE_string("export_dir", "hub_module", "Where the SavedModel goes (replaced atomically if it is an export).")
 flags.DEFINE_enum("trainable", "mix", ["mix", "all", "none"],
                   "What `trainable_variables` holds: the scalar mix (default), everything, or nothing.")
@@ -31,9 +36,13 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    for name in ("options_file", "weight_file"):
-        if not FLAGS[name].value:
-            raise app.UsageError(f"--{name} is required.")
+    original = FLAGS.options_file or FLAGS.weight_file
+    if original and FLAGS.checkpoint_dir:
+        raise app.UsageError("Give either --options_file/--weight_file or --checkpoint_dir, not both.")
+    if not original and not FLAGS.checkpoint_dir:
+        raise app.UsageError("--options_file and --weight_file (or --checkpoint_dir) are required.")
+    if original and not (FLAGS.options_file and FLAGS.weight_file):
+        raise app.UsageError("--options_file and --weight_file must be given together.")
     if FLAGS.l2_coef < 0:
         raise app.UsageError(f"--l2_coef must be >= 0; got {FLAGS.l2_coef}.")
     mix_weights = None
@@ -42,25 +51,30 @@ def main(argv):
             mix_weights = [float(w) for w in FLAGS.mix_weights]
         except ValueError:
             raise app.UsageError(f"--mix_weights must be numbers; got {FLAGS.mix_weights}.") from None
+    if FLAGS.format == "hdf5" and (FLAGS["trainable"].present or FLAGS.layer_norm or mix_weights or FLAGS.l2_coef):
+        raise app.UsageError("--trainable, --layer_norm, --mix_weights and --l2_coef apply to --format=saved_model only.")
 
     import tensorflow as tf
 
-    from elmo_tf import ConfigError, ExportError, WeightFileError, export_original
+    from elmo_tf import ConfigError, ExportError, ExportOptions, WeightFileError, hub_export, load_original
+    from elmo_tf.training import restore_bilm
 
     tf.get_logger().setLevel("WARNING")  # TF's own INFO lines about saving are noise here
-
     start = time.time()
     try:
-        path = export_original(
-            FLAGS.options_file,
-            FLAGS.weight_file,
-            FLAGS.export_dir,
-            trainable=FLAGS.trainable,
-            layer_norm=FLAGS.layer_norm,
-            mix_weights=mix_weights,
-            l2_coef=FLAGS.l2_coef,
-        )
-    except (ConfigError, WeightFileError, ExportError) as e:
+        hub_export._check_target(FLAGS.export_dir)  # fail before the (possibly long) weight load
+        if FLAGS.checkpoint_dir:
+            bilm = restore_bilm(FLAGS.checkpoint_dir)
+        else:
+            bilm = load_original(FLAGS.options_file, FLAGS.weight_file)
+        if FLAGS.format == "hdf5":
+            path = hub_export.export_hdf5(bilm, FLAGS.export_dir)
+        else:
+            export_options = ExportOptions(
+                trainable=FLAGS.trainable, layer_norm=FLAGS.layer_norm, mix_weights=mix_weights, l2_coef=FLAGS.l2_coef
+            )
+            path = hub_export.export_module(bilm, FLAGS.export_dir, export_options=export_options)
+    except (ConfigError, WeightFileError, ExportError, FileNotFoundError) as e:
         logging.error("%s", e)
         raise SystemExit(2) from None
     logging.info("Exported to %s in %.1f s.", path, time.time() - start)

@@ -129,7 +129,7 @@ def main(argv):
     summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None)
     logging.info("Finished: %s", json.dumps(summary))
     if FLAGS.export_dir and trainer._is_chief():
-        path = export_module(trainer.model, FLAGS.export_dir)
+        path = export_module(trainer.inference_model(), FLAGS.export_dir)
         logging.info("Exported the trained model to %s", path)
     print(json.dumps(summary))
 

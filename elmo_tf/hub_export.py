@@ -17,7 +17,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -197,15 +197,21 @@ def module_readme(bilm: BiLM, export_options: ExportOptions) -> str:
     )
 
 
+def _is_export(path: str) -> bool:
+    """An earlier export of ours: a SavedModel, or the original-format pair."""
+    files = set(os.listdir(path))
+    return "saved_model.pb" in files or {"options.json", "weights.hdf5"} <= files
+
+
 def _check_target(export_dir: str) -> None:
     """Refuses to replace anything but an earlier export or an empty folder (never a user's other files)."""
     if os.path.lexists(export_dir):
         if not os.path.isdir(export_dir):
             raise ExportError(f"Export target {export_dir!r} exists and is not a directory; choose another --export_dir.")
-        if os.listdir(export_dir) and not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
+        if os.listdir(export_dir) and not _is_export(export_dir):
             raise ExportError(
-                f"Export target {export_dir!r} is a non-empty directory that is not a SavedModel; refusing to replace "
-                "it. Choose an empty or new --export_dir."
+                f"Export target {export_dir!r} is a non-empty directory that is not an earlier export; refusing to "
+                "replace it. Choose an empty or new --export_dir."
             )
     parent = os.path.dirname(os.path.abspath(export_dir))
     if not os.path.isdir(parent):
@@ -214,19 +220,11 @@ def _check_target(export_dir: str) -> None:
         raise ExportError(f"The parent folder of --export_dir {export_dir!r} is not writable: {parent!r}.")
 
 
-def export_module(
-    bilm: BiLM,
-    export_dir: str,
-    *,
-    export_options: ExportOptions = ExportOptions(),
-) -> str:
-    """Writes `bilm` as a SavedModel to `export_dir`, atomically.
+def _write_atomically(export_dir: str, write: Callable[[str, str], None]) -> str:
+    """Calls `write(folder, scratch)` to fill a new folder beside `export_dir`, then moves it into place.
 
-    The module is written to a temporary folder beside `export_dir` and moved into place only when
-    complete; an existing export at `export_dir` is replaced only then (and kept if anything fails).
-
-    Returns:
-      the absolute path of the export.
+    An existing export at `export_dir` is replaced only once the new one is complete, and is kept if
+    anything fails; temporary folders are always removed.
     """
     export_dir = os.path.abspath(export_dir)
     _check_target(export_dir)
@@ -234,31 +232,15 @@ def export_module(
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.tmp-", dir=parent)
     backup = None
     try:
-        options_path = os.path.join(tmp, "options.json")
-        bilm.config.to_json_file(options_path)
-        module = ElmoModule(bilm, options_path, export_options)
-        # Trace both training modes of __call__ so that TF-Hub can call either after loading.
-        text_spec = tf.TensorSpec([None], tf.string)
-        module.__call__.get_concrete_function(text_spec, training=False)
-        module.__call__.get_concrete_function(text_spec, training=True)
-        saved = os.path.join(tmp, "saved")
-        default = module.default_signature.get_concrete_function()
-        tf.saved_model.save(
-            module,
-            saved,
-            signatures={
-                "default": default,
-                "serving_default": default,
-                "tokens": module.tokens_signature.get_concrete_function(),
-            },
-        )
-        with open(os.path.join(saved, "README.md"), "w", encoding="utf-8") as f:
-            f.write(module_readme(bilm, export_options))
+        folder = os.path.join(tmp, "export")
+        scratch = os.path.join(tmp, "scratch")
+        os.makedirs(scratch)
+        write(folder, scratch)
         if os.path.lexists(export_dir):
             backup = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.old-", dir=parent)
             os.rename(export_dir, os.path.join(backup, "module"))
         try:
-            os.rename(saved, export_dir)
+            os.rename(folder, export_dir)
         except OSError:
             if backup is not None:
                 os.rename(os.path.join(backup, "module"), export_dir)
@@ -269,6 +251,59 @@ def export_module(
         if backup is not None:
             shutil.rmtree(backup, ignore_errors=True)
     return export_dir
+
+
+def export_module(
+    bilm: BiLM,
+    export_dir: str,
+    *,
+    export_options: ExportOptions = ExportOptions(),
+) -> str:
+    """Writes `bilm` as a TF-Hub SavedModel to `export_dir`, atomically (see `_write_atomically`).
+
+    Returns:
+      the absolute path of the export.
+    """
+    if export_options.mix_weights is not None and len(export_options.mix_weights) != bilm.config.num_output_layers:
+        raise ExportError(
+            f"`mix_weights` needs {bilm.config.num_output_layers} values (L + 1); "
+            f"received {list(export_options.mix_weights)}."
+        )
+
+    def write(folder: str, scratch: str) -> None:
+        options_path = os.path.join(scratch, "options.json")
+        bilm.config.to_json_file(options_path)
+        module = ElmoModule(bilm, options_path, export_options)
+        # Trace both training modes of __call__ so that TF-Hub can call either after loading.
+        text_spec = tf.TensorSpec([None], tf.string)
+        module.__call__.get_concrete_function(text_spec, training=False)
+        module.__call__.get_concrete_function(text_spec, training=True)
+        default = module.default_signature.get_concrete_function()
+        tf.saved_model.save(
+            module,
+            folder,
+            signatures={
+                "default": default,
+                "serving_default": default,
+                "tokens": module.tokens_signature.get_concrete_function(),
+            },
+        )
+        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
+            f.write(module_readme(bilm, export_options))
+
+    return _write_atomically(export_dir, write)
+
+
+def export_hdf5(bilm: BiLM, export_dir: str) -> str:
+    """Writes `options.json` + `weights.hdf5` in the original layout (readable by bilm-tf and AllenNLP), atomically."""
+    from elmo_tf.weights_io import save_weights
+
+    def write(folder: str, scratch: str) -> None:
+        os.makedirs(folder)
+        bilm.config.to_json_file(os.path.join(folder, "options.json"))
+        save_weights(bilm, os.path.join(folder, "weights.hdf5"))
+
+    return _write_atomically(export_dir, write)
 
 
 def export_original(
@@ -287,8 +322,4 @@ def export_original(
     export_options = ExportOptions(trainable=trainable, layer_norm=layer_norm, mix_weights=mix_weights, l2_coef=l2_coef)
     _check_target(export_dir)  # fail before the (possibly long) weight load
     bilm = load_original(options_file, weight_file)
-    if mix_weights is not None and len(mix_weights) != bilm.config.num_output_layers:
-        raise ExportError(
-            f"`mix_weights` needs {bilm.config.num_output_layers} values (L + 1); received {list(mix_weights)}."
-        )
     return export_module(bilm, export_dir, export_options=export_options)

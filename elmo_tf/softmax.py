@@ -52,7 +52,7 @@ def sample_log_uniform_unique(seed: tf.Tensor, num_sampled: int, vocab_size: int
         not_done, more, (tf.constant(0), draw(0)), shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]))
     )
     unique, index = tf.unique(draws)
-    first_seen = tf.math.unsorted_segment_min(tf.range(tf.size(draws)), index, tf.size(unique))
+    first_seen = tf.math.unsorted_segment_min(tf.range(tf.shape(index)[0]), index, tf.shape(unique)[0])
     num_tries = tf.cast(first_seen[num_sampled - 1] + 1, tf.float32)
     return unique[:num_sampled], num_tries
 

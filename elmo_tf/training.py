@@ -258,6 +258,13 @@ class Trainer:
         """One optimisation step on a global batch (the layout of `data.lm_windows`)."""
         return {k: float(v) for k, v in self._train_step(batch).items()}
 
+    def inference_model(self) -> BiLM:
+        """A copy of the trained biLM for inference and export: no dropout, plain (non-distributed) variables."""
+        model = BiLM(self.bilm_config, name="bilm")
+        model.build()
+        model.set_weights(self.model.get_weights())
+        return model
+
     # -- evaluation -------------------------------------------------------------------------------
     @tf.function
     def _eval_step(self, batch, states):

@@ -8,6 +8,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# Multi-device code is tested on CPU: split it into 3 logical devices before TensorFlow initialises.
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 3
+)
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 FIXTURE_NAMES = ("tiny", "tiny2")

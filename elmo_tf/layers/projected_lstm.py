@@ -95,13 +95,15 @@ class ProjectedLSTM(keras.layers.Layer):
         projection = None if self.projection is None else tf.convert_to_tensor(self.projection)  # [H, P]
         # Hoisted input product for every step at once, time-major for the loop.
         gates_x = tf.tensordot(x, w_input, 1) + self.bias  # [B, S, 4H]
-        gates_x = tf.transpose(gates_x, [1, 0, 2])  # [S, B, 4H]
+        # Read per step through a TensorArray: its gradient is written per step, whereas the gradient of
+        # indexing a captured tensor would build a full [S, B, 4H] tensor at every step.
+        gates_x = tf.TensorArray(gates_x.dtype, size=steps).unstack(tf.transpose(gates_x, [1, 0, 2]))  # S x [B, 4H]
         valid = tf.transpose(tf.cast(mask, tf.bool))[:, :, None]  # [S, B, 1]
         c, m = self.zero_state(batch) if initial_state is None else initial_state  # [B, H], [B, h]
         cell_clip, proj_clip = self.cell_clip, self.proj_clip
 
         def step(t, c, m, outputs):
-            z = gates_x[t] + tf.matmul(m, w_recurrent)  # [B, 4H]
+            z = gates_x.read(t) + tf.matmul(m, w_recurrent)  # [B, 4H]
             i, j, f, o = tf.split(z, 4, axis=-1)  # [B, H] each
             c_new = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(j)
             if cell_clip is not None:
