@@ -71,17 +71,21 @@ class ElmoModule(tf.Module):
 
     def __init__(self, bilm: BiLM, options_file: str, export_options: ExportOptions = ExportOptions()):
         super().__init__(name="elmo")
-        self._bilm = bilm
+        # Not tracked: the lists below must be the variables' only owners in the SavedModel. Tracked Keras 3
+        # layers would save each weight a second time; after loading, the functions would read one copy while
+        # `trainable_variables` held the other, and fine-tuning would train nothing.
+        object.__setattr__(self, "_bilm", bilm)
         self._max_chars = bilm.config.char_cnn.max_characters_per_token
         self._num_lstm_layers = bilm.config.lstm.n_layers
-        self._mix = ScalarMix(
+        mix = ScalarMix(
             bilm.config.num_output_layers,
             layer_norm=export_options.layer_norm,
             initial_weights=export_options.mix_weights,
             l2_coef=export_options.l2_coef,
             name="scalar_mix",
         )
-        self._mix.build()
+        mix.build()
+        object.__setattr__(self, "_mix", mix)
         mix_vars = [self._mix.mix_weights.value, self._mix.gamma.value]
         bilm_vars = [w.value for w in bilm.weights]
         self.variables = bilm_vars + mix_vars

@@ -111,3 +111,16 @@ def test_training_mode_dropout_changes_outputs(fixture):
     b = model(ids, training=True)["layers"][2].numpy()
     assert not np.allclose(a, b)
     np.testing.assert_array_equal(a, model(ids, training=False)["layers"][2].numpy())
+
+
+def test_tf_train_checkpoint_tracks_every_weight(fixture, models, tmp_path):
+    """Checkpoints (training, resume, export of a trained model) must reach every variable by name."""
+    model = model_for(fixture, models)
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    saved = {name for name, _ in tf.train.list_variables(path) if name.startswith("model/")}
+    assert len(saved) == len(model.weights)
+    fresh = BiLM(model.config)
+    fresh.build()
+    tf.train.Checkpoint(model=fresh).restore(path).assert_consumed()
+    for a, b in zip(model.weights, fresh.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)

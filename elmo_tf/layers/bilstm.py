@@ -70,21 +70,18 @@ class BiLSTM(keras.layers.Layer):
         self.use_skip_connections = use_skip_connections
         self.dropout = dropout
         cell_projection = projection_dim if projection_dim < units else None
-        self.forward_layers = [
-            ProjectedLSTM(units, cell_projection, cell_clip, proj_clip, name=f"forward_{layer}")
-            for layer in range(num_layers)
-        ]
-        self.backward_layers = [
-            ProjectedLSTM(units, cell_projection, cell_clip, proj_clip, name=f"backward_{layer}")
-            for layer in range(num_layers)
-        ]
+        # Sub-layers are attributes (not list items) so that tf.train.Checkpoint tracks them by name.
+        for direction in DIRECTIONS:
+            for layer in range(num_layers):
+                name = f"{direction}_{layer}"
+                setattr(self, name, ProjectedLSTM(units, cell_projection, cell_clip, proj_clip, name=name))
         self.output_dim = 2 * (cell_projection or units)
         # The mask is an explicit call argument; outputs carry no Keras mask (they are zero where masked).
         self.supports_masking = True
 
     @property
     def stacks(self) -> dict[str, list[ProjectedLSTM]]:
-        return {"forward": self.forward_layers, "backward": self.backward_layers}
+        return {d: [getattr(self, f"{d}_{l}") for l in range(self.num_layers)] for d in DIRECTIONS}
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)

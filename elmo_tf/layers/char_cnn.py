@@ -65,18 +65,25 @@ class CharCNN(keras.layers.Layer):
             shape=(NUM_CHAR_IDS - 1, self.embedding_dim),
             initializer=keras.initializers.RandomUniform(-1.0, 1.0),
         )
-        self.kernels, self.biases = [], []
+        # Weights are attributes (not list items) so that tf.train.Checkpoint tracks them by name.
         for k, (width, count) in enumerate(self.filters):
             # The original's training initialisation: scaled normal for relu, small uniform for tanh.
             if self.activation == "relu":
                 init = keras.initializers.RandomNormal(stddev=(1.0 / (width * self.embedding_dim)) ** 0.5)
             else:
                 init = keras.initializers.RandomUniform(-0.05, 0.05)
-            self.kernels.append(
-                self.add_weight(name=f"W_cnn_{k}", shape=(width, self.embedding_dim, count), initializer=init)
-            )
-            self.biases.append(self.add_weight(name=f"b_cnn_{k}", shape=(count,), initializer="zeros"))
+            kernel = self.add_weight(name=f"W_cnn_{k}", shape=(width, self.embedding_dim, count), initializer=init)
+            setattr(self, f"W_cnn_{k}", kernel)
+            setattr(self, f"b_cnn_{k}", self.add_weight(name=f"b_cnn_{k}", shape=(count,), initializer="zeros"))
         super().build(input_shape)
+
+    @property
+    def kernels(self) -> list:
+        return [getattr(self, f"W_cnn_{k}") for k in range(len(self.filters))]
+
+    @property
+    def biases(self) -> list:
+        return [getattr(self, f"b_cnn_{k}") for k in range(len(self.filters))]
 
     def call(self, char_ids):
         char_ids = tf.convert_to_tensor(char_ids)

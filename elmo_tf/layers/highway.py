@@ -36,21 +36,29 @@ class Highway(keras.layers.Layer):
     def build(self, input_shape):
         dim = int(input_shape[-1])
         self.dim = dim
-        self.layer_weights = []
+        # Weights are attributes (not list items) so that tf.train.Checkpoint tracks them by name.
         for h in range(self.num_layers):
             init = keras.initializers.RandomNormal(stddev=(1.0 / dim) ** 0.5)
-            self.layer_weights.append(
-                dict(
-                    W_carry=self.add_weight(name=f"W_carry_{h}", shape=(dim, dim), initializer=init),
-                    # -2 biases the gate towards passing x through at the start of training (as the original).
-                    b_carry=self.add_weight(
-                        name=f"b_carry_{h}", shape=(dim,), initializer=keras.initializers.Constant(-2.0)
-                    ),
-                    W_transform=self.add_weight(name=f"W_transform_{h}", shape=(dim, dim), initializer=init),
-                    b_transform=self.add_weight(name=f"b_transform_{h}", shape=(dim,), initializer="zeros"),
-                )
+            setattr(self, f"W_carry_{h}", self.add_weight(name=f"W_carry_{h}", shape=(dim, dim), initializer=init))
+            # -2 biases the gate towards passing x through at the start of training (as the original).
+            setattr(
+                self,
+                f"b_carry_{h}",
+                self.add_weight(name=f"b_carry_{h}", shape=(dim,), initializer=keras.initializers.Constant(-2.0)),
+            )
+            setattr(
+                self, f"W_transform_{h}", self.add_weight(name=f"W_transform_{h}", shape=(dim, dim), initializer=init)
+            )
+            setattr(
+                self, f"b_transform_{h}", self.add_weight(name=f"b_transform_{h}", shape=(dim,), initializer="zeros")
             )
         super().build(input_shape)
+
+    @property
+    def layer_weights(self) -> list[dict]:
+        """Per highway layer: {"W_carry", "b_carry", "W_transform", "b_transform"}."""
+        names = ("W_carry", "b_carry", "W_transform", "b_transform")
+        return [{n: getattr(self, f"{n}_{h}") for n in names} for h in range(self.num_layers)]
 
     def call(self, inputs):
         x = tf.convert_to_tensor(inputs)  # [..., D]

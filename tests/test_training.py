@@ -1,0 +1,235 @@
+"""Training: the recipe's pieces, overfitting, replica equivalence, exact resume, multi-worker, export."""
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from elmo_tf import char_ids, hub_export, training
+from elmo_tf.config import BiLMConfig
+from elmo_tf.softmax import LMSoftmax, expected_count, sample_log_uniform_unique
+from elmo_tf.vocab import Vocabulary
+from elmo_tf.weights_io import load_original
+from tests.conftest import FIXTURES
+from tests.train_worker import tiny_train_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SENTENCES = [
+    "the cat sat on the mat .",
+    "a dog ran in the park .",
+    "the bird sang a song .",
+    "my cat likes the warm sun .",
+    "we walk the dog every day .",
+    "the sun is warm today .",
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    for i in range(2):
+        (root / f"part-{i}.txt").write_text("\n".join(SENTENCES[i::2] * 10) + "\n")
+    vocab = Vocabulary.build(str(root / "*.txt"))
+    vocab_file = root / "vocab.txt"
+    vocab.to_file(str(vocab_file))
+    return {"glob": str(root / "*.txt"), "vocab": vocab, "vocab_file": str(vocab_file)}
+
+
+def tiny_config():
+    return BiLMConfig.from_json_file(str(FIXTURES / "tiny" / "options.json"))
+
+
+def strategy_on(n):
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:n]
+    assert len(devices) == n
+    return tf.distribute.MirroredStrategy(devices)
+
+
+# -- sampled softmax ------------------------------------------------------------------------------
+def test_sampler_is_unique_deterministic_and_log_uniform():
+    seed = tf.constant([3, 4], tf.int64)
+    ids, tries = sample_log_uniform_unique(seed, 50, 1000)
+    again, _ = sample_log_uniform_unique(seed, 50, 1000)
+    other, _ = sample_log_uniform_unique(tf.constant([3, 5], tf.int64), 50, 1000)
+    assert len(set(ids.numpy().tolist())) == 50 and ids.numpy().min() >= 0 and ids.numpy().max() < 1000
+    np.testing.assert_array_equal(ids.numpy(), again.numpy())
+    assert not np.array_equal(ids.numpy(), other.numpy())
+    # The expected number of distinct ids in `tries` draws is the number drawn.
+    total = float(tf.reduce_sum(expected_count(tf.range(1000, dtype=tf.int64), tries, 1000)))
+    assert abs(total - 50) < 5, total
+    # Frequent (low) ids are drawn far more often than rare ones.
+    counts = np.zeros(1000)
+    for i in range(100):
+        counts[sample_log_uniform_unique(tf.constant([i, 0], tf.int64), 20, 1000)[0].numpy()] += 1
+    assert counts[:10].mean() > 10 * counts[500:].mean()
+
+
+def test_sampled_loss_approaches_full_loss():
+    """With most of a small vocabulary sampled, the sampled loss averages to about the full loss."""
+    softmax = LMSoftmax(60, 8)
+    softmax.build()
+    rng = np.random.default_rng(0)
+    inputs = tf.constant(rng.normal(size=(32, 8)), tf.float32)
+    labels = tf.constant(rng.integers(0, 60, size=32))
+    full = float(tf.reduce_mean(softmax.full_loss(inputs, labels)))
+    sampled = np.mean([
+        float(tf.reduce_mean(softmax.sampled_loss(inputs, labels, *sample_log_uniform_unique(tf.constant([i, 1], tf.int64), 50, 60))))
+        for i in range(40)
+    ])
+    assert abs(sampled - full) < 0.15 * full, (sampled, full)
+
+
+# -- the trainer ----------------------------------------------------------------------------------
+def test_overfits_a_tiny_corpus(corpus, tmp_path):
+    tc = tiny_train_config(200, n_negative_samples=10_000, dropout=0.0, checkpoint_every=1000, learning_rate=1.0)  # full softmax
+    trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path))
+    before = trainer.evaluate(corpus["glob"])["perplexity"]
+    summary = trainer.train(corpus["glob"], heldout_pattern=corpus["glob"])
+    assert summary["step"] == 200
+    assert before > 10
+    assert summary["heldout_perplexity"] < 4.0, summary  # 27 words, 6 sentences repeated
+    for name in ("options.json", "vocab.txt", "train_config.json"):
+        assert os.path.isfile(tmp_path / name)
+    assert BiLMConfig.from_json_file(str(tmp_path / "options.json")).training["n_tokens_vocab"] == corpus["vocab"].size
+    assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("-200")
+
+
+def test_three_replicas_equal_one(corpus, tmp_path):
+    results = []
+    for n in (1, 3):
+        tc = tiny_train_config(4, batch_size=6 // n, dropout=0.0, checkpoint_every=1000)
+        trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path / f"r{n}"), strategy_on(n))
+        losses = []
+        trainer.train(corpus["glob"], on_step=lambda step, m: losses.append(m["loss_forward"] + m["loss_backward"]))
+        results.append((losses, [w.numpy() for w in trainer.model.weights], [s.numpy() for s in trainer.states]))
+    (l1, w1, s1), (l3, w3, s3) = results
+    np.testing.assert_allclose(l1, l3, rtol=1e-5)
+    for a, b in zip(w1 + s1, w3 + s3):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert not np.allclose(w1[0], load_original(str(FIXTURES / "tiny" / "options.json"), str(FIXTURES / "tiny" / "weights.hdf5")).weights[0].numpy())
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(corpus, tmp_path, monkeypatch):
+    tc = tiny_train_config(10, checkpoint_every=2)
+    trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path))
+    real_step = trainer.train_step
+
+    def step(batch):
+        metrics = real_step(batch)
+        if int(trainer.step.numpy()) == 5:
+            metrics["loss_forward"] = float("nan")
+        return metrics
+
+    monkeypatch.setattr(trainer, "train_step", step)
+    with pytest.raises(training.TrainingError, match=r"Loss became nan at step 5.*last good checkpoint.*step 4"):
+        trainer.train(corpus["glob"])
+    assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("-4")
+
+
+def test_sigterm_saves_and_stops(corpus, tmp_path):
+    trainer = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(50, checkpoint_every=100), str(tmp_path))
+
+    def on_step(step, metrics):
+        if step == 3:
+            os.kill(os.getpid(), 15)
+
+    summary = trainer.train(corpus["glob"], on_step=on_step)
+    assert summary["step"] == 3
+    assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("-3")
+
+
+def test_bad_train_config_is_rejected():
+    with pytest.raises(ValueError, match="max_steps` or `n_epochs"):
+        training.TrainConfig()
+    with pytest.raises(ValueError, match="batch_size"):
+        training.TrainConfig(batch_size=0, max_steps=1)
+    with pytest.raises(ValueError, match="dropout"):
+        training.TrainConfig(dropout=1.5, max_steps=1)
+
+
+# -- subprocesses: kill -9 and resume; two workers ---------------------------------------------------
+def run_worker(args, env=None, check=True):
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    proc = subprocess.run([sys.executable, "-m", "tests.train_worker", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def read_steps(path):
+    return {r["step"]: r for r in map(json.loads, open(path))}
+
+
+@pytest.mark.slow
+def test_kill_9_and_resume_follows_the_uninterrupted_run(corpus, tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_worker([straight, corpus["glob"], corpus["vocab_file"], 10])
+    killed = run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10, 8], check=False)
+    assert killed.returncode == -9
+    assert tf.train.latest_checkpoint(str(resumed / "checkpoints")).endswith("-6")  # checkpoint_every=3
+    run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10])
+    a, b = read_steps(straight / "steps-0.jsonl"), read_steps(resumed / "steps-0.jsonl")
+    assert sorted(b) == list(range(1, 11))  # steps 7, 8 ran twice: before the kill and after the resume
+    for step in range(1, 11):
+        for key in ("loss_forward", "loss_backward", "grad_norm"):
+            assert math.isclose(a[step][key], b[step][key], rel_tol=1e-5), (step, key, a[step], b[step])
+    wa = json.load(open(straight / "final-0.json"))["weights"]
+    wb = json.load(open(resumed / "final-0.json"))["weights"]
+    for name in wa:
+        np.testing.assert_allclose(wa[name], wb[name], atol=1e-6)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_workers_on_loopback(corpus, tmp_path):
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    procs = []
+    for i in range(2):
+        env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3",
+                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.train_worker", str(tmp_path), corpus["glob"],
+                                       corpus["vocab_file"], "4"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+    finals = [json.load(open(tmp_path / f"final-{i}.json")) for i in range(2)]
+    assert finals[0]["summary"]["step"] == finals[1]["summary"]["step"] == 4
+    for name in finals[0]["weights"]:  # both workers hold the same (mirrored) weights
+        np.testing.assert_allclose(finals[0]["weights"][name], finals[1]["weights"][name], atol=1e-6)
+    assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("-4")
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".worker_tmp")]
+
+
+# -- export of a trained model ---------------------------------------------------------------------
+@pytest.mark.slow
+def test_trained_checkpoint_exports_to_hdf5_and_hub_with_identical_outputs(corpus, tmp_path):
+    trainer = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(3), str(tmp_path / "run"))
+    trainer.train(corpus["glob"])
+    bilm = training.restore_bilm(str(tmp_path / "run"))
+    ids = char_ids.text_to_char_ids(tf.constant(SENTENCES + [""]), 50)
+    expected = bilm(ids)
+    np.testing.assert_array_equal(expected["layers"][2].numpy(), trainer.inference_model()(ids)["layers"][2].numpy())
+
+    hub_export.export_hdf5(bilm, str(tmp_path / "hdf5"))
+    again = load_original(str(tmp_path / "hdf5" / "options.json"), str(tmp_path / "hdf5" / "weights.hdf5"))(ids)
+    for a, b in zip(expected["layers"], again["layers"]):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+    hub_export.export_module(bilm, str(tmp_path / "hub"))
+    module = tf.saved_model.load(str(tmp_path / "hub"))
+    out = module.signatures["default"](text=tf.constant(SENTENCES + [""]))
+    np.testing.assert_allclose(out["lstm_outputs2"].numpy(), expected["layers"][2].numpy(), atol=1e-6)
+    np.testing.assert_allclose(out["word_emb"].numpy(), expected["word_emb"].numpy(), atol=1e-6)

@@ -1,0 +1,57 @@
+"""A training process for the fault-tolerance and multi-worker tests (run as a subprocess).
+
+    python -m tests.train_worker SAVE_DIR CORPUS_GLOB VOCAB MAX_STEPS [KILL_AT_STEP]
+
+Trains the tiny fixture model and appends one JSON line per step (step, losses) to SAVE_DIR/steps.jsonl.
+With KILL_AT_STEP it kills itself with SIGKILL right after that step (no chance to save anything).
+With TF_CONFIG naming several workers it runs under MultiWorkerMirroredStrategy.
+"""
+
+import json
+import os
+import signal
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from elmo_tf import training  # noqa: E402
+from elmo_tf.config import BiLMConfig  # noqa: E402
+from elmo_tf.vocab import Vocabulary  # noqa: E402
+
+FIXTURE_OPTIONS = os.path.join(os.path.dirname(__file__), "fixtures", "tiny", "options.json")
+
+
+def tiny_train_config(max_steps: int, **overrides) -> training.TrainConfig:
+    settings = dict(batch_size=4, unroll_steps=5, n_negative_samples=20, max_steps=max_steps, checkpoint_every=3,
+                    dropout=0.1, seed=7, log_every=2)
+    settings.update(overrides)
+    return training.TrainConfig(**settings)
+
+
+def main(save_dir: str, corpus: str, vocab_file: str, max_steps: int, kill_at: int = -1) -> None:
+    strategy = training.make_strategy()
+    worker_id = strategy.cluster_resolver.task_id if getattr(strategy, "cluster_resolver", None) else 0
+    batch = 4 // strategy.num_replicas_in_sync
+    trainer = training.Trainer(
+        BiLMConfig.from_json_file(FIXTURE_OPTIONS),
+        Vocabulary.from_file(vocab_file),
+        tiny_train_config(max_steps, batch_size=batch),
+        save_dir,
+        strategy,
+    )
+    os.makedirs(save_dir, exist_ok=True)
+    log = open(os.path.join(save_dir, f"steps-{worker_id}.jsonl"), "a")
+
+    def on_step(step, metrics):
+        log.write(json.dumps({"step": step, **metrics}) + "\n")
+        log.flush()
+        if step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    summary = trainer.train(corpus, on_step=on_step)
+    weights = {w.path: w.numpy().tolist() for w in trainer.model.weights[-2:]}
+    json.dump({"summary": summary, "weights": weights}, open(os.path.join(save_dir, f"final-{worker_id}.json"), "w"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else -1)
