@@ -29,6 +29,8 @@ flags.DEFINE_string("heldout_prefix", DEFAULT_HELDOUT, "Glob of held-out shards 
 # Model.
 flags.DEFINE_enum("preset", "small", ["small", "original"], "Model size, unless --options_file is given.")
 flags.DEFINE_string("options_file", None, "An options.json (original layout) instead of --preset.")
+flags.DEFINE_string("init_checkpoint", None, "Continued pretraining: start from a train.py --save_dir, or from original "
+                    "weights given as OPTIONS.json,WEIGHTS.hdf5. The architecture is taken from it unless given.")
 # Recipe (defaults from the preset / the original).
 flags.DEFINE_integer("batch_size", None, "Rows per replica (default: the preset's).")
 flags.DEFINE_integer("unroll_steps", None, "Tokens per window (default: the preset's, 20).")
@@ -61,6 +63,15 @@ def _check_flags() -> None:
         raise app.UsageError(f"--learning_rate must be > 0; got {FLAGS.learning_rate}.")
     if FLAGS.dropout is not None and not 0 <= FLAGS.dropout < 1:
         raise app.UsageError(f"--dropout must be in [0, 1); got {FLAGS.dropout}.")
+    source = FLAGS.init_checkpoint
+    if source:
+        files = source.split(",")
+        if len(files) == 2 and not all(os.path.isfile(f) for f in files):
+            raise app.UsageError(f"--init_checkpoint={source}: OPTIONS.json,WEIGHTS.hdf5 must both be files.")
+        if len(files) == 1 and not os.path.isfile(os.path.join(source, "options.json")):
+            raise app.UsageError(f"--init_checkpoint={source} is not a train.py --save_dir (no options.json in it).")
+        if len(files) > 2:
+            raise app.UsageError(f"--init_checkpoint={source}: give a directory or OPTIONS.json,WEIGHTS.hdf5.")
     if FLAGS.mode == "eval" and not FLAGS.heldout_prefix:
         raise app.UsageError("--mode=eval needs --heldout_prefix.")
     if FLAGS.eval_every and not FLAGS.heldout_prefix:
@@ -92,7 +103,13 @@ def main(argv):
         return
 
     try:
-        config = BiLMConfig.from_json_file(FLAGS.options_file) if FLAGS.options_file else presets.preset(FLAGS.preset)
+        if FLAGS.options_file:
+            config = BiLMConfig.from_json_file(FLAGS.options_file)
+        elif FLAGS.init_checkpoint and not FLAGS["preset"].present:
+            source = FLAGS.init_checkpoint
+            config = BiLMConfig.from_json_file(source.split(",")[0] if "," in source else os.path.join(source, "options.json"))
+        else:
+            config = presets.preset(FLAGS.preset)
     except ConfigError as e:
         raise app.UsageError(str(e)) from None
     recipe = config.training
@@ -126,7 +143,7 @@ def main(argv):
     strategy = training.make_strategy(FLAGS.num_gpus)
     logging.info("Training on %d replica(s): %s", strategy.num_replicas_in_sync, strategy.extended.worker_devices)
     trainer = training.Trainer(config, vocab, train_config, FLAGS.save_dir, strategy)
-    summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None)
+    summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None, init_from=FLAGS.init_checkpoint)
     logging.info("Finished: %s", json.dumps(summary))
     if FLAGS.export_dir and trainer._is_chief():
         path = export_module(trainer.inference_model(), FLAGS.export_dir)

@@ -343,8 +343,17 @@ class Trainer:
         train_pattern: str,
         heldout_pattern: Optional[str] = None,
         on_step: Optional[Callable[[int, dict[str, float]], None]] = None,
+        init_from: Optional[str] = None,
     ) -> dict[str, Any]:
         """Trains until `max_steps` or the end of `n_epochs`, resuming from the latest checkpoint in save_dir.
+
+        Args:
+          train_pattern: glob of the training shards.
+          heldout_pattern: optional glob of held-out shards (perplexity every `eval_every` steps and at the end).
+          on_step: optional callback `(step, metrics)` after every step.
+          init_from: continued pretraining: a training directory of this project, or the original-format
+            `options.json` + `weights.hdf5` pair given as "OPTIONS,WEIGHTS". Used only when save_dir has
+            no checkpoint yet (a resumed run continues from its own checkpoint).
 
         Returns a summary dict (`step`, last losses, and the held-out perplexities if a held-out corpus is given).
         """
@@ -365,11 +374,16 @@ class Trainer:
         if not chief:  # every worker must save (collectives), only the chief keeps its copy
             ckpt_dir = os.path.join(self.save_dir, f".worker_tmp_{self.strategy.cluster_resolver.task_id}")
         manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=tc.keep_checkpoints)
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            logging.info("Resumed from %s at step %d.", manager.latest_checkpoint, int(self.step.numpy()))
-        elif chief:
-            self._write_run_files()
+        # Every worker resumes from the chief's checkpoints (a filesystem shared by the workers).
+        latest = tf.train.latest_checkpoint(os.path.join(self.save_dir, "checkpoints"))
+        if latest:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+            logging.info("Resumed from %s at step %d.", latest, int(self.step.numpy()))
+        else:
+            if init_from:
+                self.warm_start(init_from)
+            if chief:
+                self._write_run_files()
         writer = tf.summary.create_file_writer(os.path.join(self.save_dir, "tensorboard")) if chief else None
 
         previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -429,6 +443,49 @@ class Trainer:
         if not chief:
             tf.io.gfile.rmtree(ckpt_dir)
         return summary
+
+    def warm_start(self, source: str) -> None:
+        """Initialises the model (and the softmax rows of shared words) from an existing model.
+
+        `source` is a training directory of this project (its latest checkpoint and vocab.txt), or
+        "OPTIONS.json,WEIGHTS.hdf5" of the original format (which holds no softmax: it starts fresh).
+        The architecture must match; the vocabularies may differ.
+        """
+        from elmo_tf.weights_io import load_weights
+
+        if "," in source:
+            options_file, weight_file = source.split(",", 1)
+            self._check_same_architecture(BiLMConfig.from_json_file(options_file), source)
+            load_weights(self.model, weight_file)
+            logging.info("Initialised the biLM from %s (the softmax starts fresh).", weight_file)
+            return
+        source_bilm = restore_bilm(source)
+        self._check_same_architecture(source_bilm.config, source)
+        self.model.set_weights(source_bilm.get_weights())
+        latest = tf.train.latest_checkpoint(os.path.join(source, "checkpoints"))
+        old_vocab = Vocabulary.from_file(os.path.join(source, "vocab.txt"))
+        old_w = tf.train.load_variable(latest, "softmax/softmax_weights/.ATTRIBUTES/VARIABLE_VALUE")
+        old_b = tf.train.load_variable(latest, "softmax/softmax_bias/.ATTRIBUTES/VARIABLE_VALUE")
+        new_w, new_b = self.softmax.softmax_weights.numpy(), self.softmax.softmax_bias.numpy()
+        old_index = {word: i for i, word in enumerate(old_vocab.words)}
+        shared = [(i, old_index[w]) for i, w in enumerate(self.vocab.words) if w in old_index]
+        for new_row, old_row in shared:
+            new_w[new_row], new_b[new_row] = old_w[old_row], old_b[old_row]
+        self.softmax.softmax_weights.assign(new_w)
+        self.softmax.softmax_bias.assign(new_b)
+        logging.info(
+            "Initialised from %s: biLM weights, and softmax rows of %d of %d words.", latest, len(shared), self.vocab.size
+        )
+
+    def _check_same_architecture(self, other: BiLMConfig, source: str) -> None:
+        mine, theirs = self.bilm_config, other
+        same_chars = dataclasses.replace(theirs.char_cnn, n_characters=mine.char_cnn.n_characters)  # 261 == 262
+        if (mine.char_cnn, mine.lstm) != (same_chars, theirs.lstm):
+            raise ValueError(
+                f"Cannot initialise from {source!r}: its architecture differs from this run's "
+                f"(char_cnn {theirs.char_cnn} / lstm {theirs.lstm} vs {mine.char_cnn} / {mine.lstm}). "
+                "Use its options file for this run."
+            )
 
     def _log_eval(self, heldout_pattern, step, writer) -> dict[str, float]:
         result = self.evaluate(heldout_pattern)

@@ -233,3 +233,27 @@ def test_trained_checkpoint_exports_to_hdf5_and_hub_with_identical_outputs(corpu
     out = module.signatures["default"](text=tf.constant(SENTENCES + [""]))
     np.testing.assert_allclose(out["lstm_outputs2"].numpy(), expected["layers"][2].numpy(), atol=1e-6)
     np.testing.assert_allclose(out["word_emb"].numpy(), expected["word_emb"].numpy(), atol=1e-6)
+
+
+def test_continued_pretraining_with_a_new_vocabulary(corpus, tmp_path):
+    first = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(2), str(tmp_path / "first"))
+    first.train(corpus["glob"])
+    (tmp_path / "new.txt").write_text("the cat met a zebra .\nzebras like the sun .\n")
+    new_vocab = Vocabulary.build(str(tmp_path / "new.txt"))
+    second = training.Trainer(tiny_config(), new_vocab, tiny_train_config(1), str(tmp_path / "second"))
+    second.warm_start(str(tmp_path / "first"))
+    for a, b in zip(first.model.weights, second.model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    old_w, new_w = first.softmax.softmax_weights.numpy(), second.softmax.softmax_weights.numpy()
+    for word in ("the", "cat", "sun", "<S>", "</S>"):
+        np.testing.assert_array_equal(new_w[new_vocab.id_of(word)], old_w[corpus["vocab"].id_of(word)], err_msg=word)
+    assert "zebra" not in corpus["vocab"] and not np.array_equal(new_w[new_vocab.id_of("zebra")], 0)
+    # from the original format (no softmax in it)
+    third = training.Trainer(tiny_config(), new_vocab, tiny_train_config(1), str(tmp_path / "third"))
+    third.warm_start(f"{FIXTURES / 'tiny' / 'options.json'},{FIXTURES / 'tiny' / 'weights.hdf5'}")
+    reference = load_original(str(FIXTURES / "tiny" / "options.json"), str(FIXTURES / "tiny" / "weights.hdf5"))
+    for a, b in zip(reference.weights, third.model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    other = BiLMConfig.from_json_file(str(FIXTURES / "tiny2" / "options.json"))
+    with pytest.raises(ValueError, match="architecture differs"):
+        training.Trainer(other, new_vocab, tiny_train_config(1), str(tmp_path / "fourth")).warm_start(str(tmp_path / "first"))
