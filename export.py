@@ -30,6 +30,9 @@ flags.DEFINE_enum("trainable", "mix", ["mix", "all", "none"],
 flags.DEFINE_bool("layer_norm", False, "Layer-normalise each biLM layer (per sentence) before the scalar mix.")
 flags.DEFINE_list("mix_weights", None, "Initial un-normalised scalar-mix weights, L + 1 comma-separated numbers.")
 flags.DEFINE_float("l2_coef", 0.0, "L2 penalty on the mix weights, exposed as the module's regularization_losses.")
+flags.DEFINE_enum("tokenizer", "whitespace", ["whitespace", "cjk_chars"],
+                  "In-graph tokenizer of the `default` signature: like str.split(), or every CJK ideograph a token.")
+flags.DEFINE_integer("version", None, "Write to EXPORT_DIR/VERSION/, the folder layout of TF Serving's --model_base_path.")
 FLAGS = flags.FLAGS
 
 
@@ -51,8 +54,11 @@ def main(argv):
             mix_weights = [float(w) for w in FLAGS.mix_weights]
         except ValueError:
             raise app.UsageError(f"--mix_weights must be numbers; got {FLAGS.mix_weights}.") from None
-    if FLAGS.format == "hdf5" and (FLAGS["trainable"].present or FLAGS.layer_norm or mix_weights or FLAGS.l2_coef):
-        raise app.UsageError("--trainable, --layer_norm, --mix_weights and --l2_coef apply to --format=saved_model only.")
+    saved_model_only = ("trainable", "layer_norm", "mix_weights", "l2_coef", "tokenizer", "version")
+    if FLAGS.format == "hdf5" and any(FLAGS[name].present for name in saved_model_only):
+        raise app.UsageError(f"--{', --'.join(saved_model_only)} apply to --format=saved_model only.")
+    if FLAGS.version is not None and FLAGS.version < 1:
+        raise app.UsageError(f"--version must be >= 1; got {FLAGS.version}.")
 
     import tensorflow as tf
 
@@ -62,7 +68,9 @@ def main(argv):
     tf.get_logger().setLevel("WARNING")  # TF's own INFO lines about saving are noise here
     start = time.time()
     try:
-        hub_export._check_target(FLAGS.export_dir)  # fail before the (possibly long) weight load
+        target = FLAGS.export_dir if FLAGS.version is None else os.path.join(FLAGS.export_dir, str(FLAGS.version))
+        if FLAGS.version is None or os.path.isdir(FLAGS.export_dir):
+            hub_export._check_target(target)  # fail before the (possibly long) weight load
         if FLAGS.checkpoint_dir:
             bilm = restore_bilm(FLAGS.checkpoint_dir)
         else:
@@ -71,7 +79,12 @@ def main(argv):
             path = hub_export.export_hdf5(bilm, FLAGS.export_dir)
         else:
             export_options = ExportOptions(
-                trainable=FLAGS.trainable, layer_norm=FLAGS.layer_norm, mix_weights=mix_weights, l2_coef=FLAGS.l2_coef
+                trainable=FLAGS.trainable,
+                layer_norm=FLAGS.layer_norm,
+                mix_weights=mix_weights,
+                l2_coef=FLAGS.l2_coef,
+                tokenizer=FLAGS.tokenizer,
+                version=FLAGS.version,
             )
             path = hub_export.export_module(bilm, FLAGS.export_dir, export_options=export_options)
     except (ConfigError, WeightFileError, ExportError, FileNotFoundError) as e:

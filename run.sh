@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# The main job: export a TF-Hub ELMo module to hub_module/ and embed a few sentences with it
-# (sets up .venv from requirements.txt first if needed).
+# The main job: train the `small` biLM on the English corpus in data/english, evaluate its held-out
+# perplexity, export it to hub_module/, and embed a few sentences with the export.
+# Sets up .venv from requirements.txt first if needed. Extra arguments go to train.py
+# (e.g. `bash run.sh --max_steps=100`); the run resumes from runs/small if it was interrupted.
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/bootstrap.sh"
-echo "== Exporting tests/fixtures/tiny (a small random-weight model in the original format) to hub_module/ =="
-"$PYTHON" export.py \
-  --options_file=tests/fixtures/tiny/options.json \
-  --weight_file=tests/fixtures/tiny/weights.hdf5 \
-  --export_dir=hub_module "$@"
+echo "== Training the small biLM (progress below; checkpoints in runs/small, TensorBoard logs in runs/small/tensorboard) =="
+"$PYTHON" train.py --save_dir=runs/small --export_dir=hub_module "$@"
 echo "== Embedding sentences with hub_module/ =="
 "$PYTHON" examples/similarity.py --module=hub_module

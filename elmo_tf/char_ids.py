@@ -51,6 +51,29 @@ def split_whitespace(text: tf.Tensor) -> tf.RaggedTensor:
     return tf.strings.split(normalized)  # sep=None: split on " " runs, drop empty pieces
 
 
+# Han-script characters (CJK ideographs, radicals, compatibility ideographs), each its own token in `cjk_chars`.
+_HAN = r"(\p{Han})"
+TOKENIZERS = ("whitespace", "cjk_chars")
+
+
+def split_cjk_chars(text: tf.Tensor) -> tf.RaggedTensor:
+    """Every CJK ideograph is a token of its own; everything else is split on whitespace.
+
+    For models trained on Chinese at the character level: "我爱 NLP 北京" -> 我, 爱, NLP, 北, 京.
+    """
+    text = tf.convert_to_tensor(text, dtype=tf.string)
+    return split_whitespace(tf.strings.regex_replace(text, _HAN, r" \1 "))
+
+
+def split_text(text: tf.Tensor, tokenizer: str = "whitespace") -> tf.RaggedTensor:
+    """Tokenizes `text` `[B]` with the named in-graph tokenizer (one of `TOKENIZERS`)."""
+    if tokenizer == "whitespace":
+        return split_whitespace(text)
+    if tokenizer == "cjk_chars":
+        return split_cjk_chars(text)
+    raise ValueError(f"Unknown tokenizer {tokenizer!r}; choose one of {list(TOKENIZERS)}.")
+
+
 def _special_row(marker: int, max_chars: int) -> tf.Tensor:
     row = [BOW_CHAR, marker, EOW_CHAR] + [PAD_CHAR] * (max_chars - 3)
     return tf.constant(row, dtype=tf.int32)  # [C]
@@ -125,6 +148,6 @@ def dense_tokens_to_char_ids(tokens: tf.Tensor, sequence_len: tf.Tensor, max_cha
     return batch_char_ids(ragged, max_chars)
 
 
-def text_to_char_ids(text: tf.Tensor, max_chars: int) -> tf.Tensor:
-    """Untokenized sentences `[B]` -> int32 `[B, T + 2, C]` (whitespace tokenization, as `str.split()`)."""
-    return batch_char_ids(split_whitespace(text), max_chars)
+def text_to_char_ids(text: tf.Tensor, max_chars: int, tokenizer: str = "whitespace") -> tf.Tensor:
+    """Untokenized sentences `[B]` -> int32 `[B, T + 2, C]` (default: whitespace tokenization, as `str.split()`)."""
+    return batch_char_ids(split_text(text, tokenizer), max_chars)

@@ -42,18 +42,28 @@ class ExportOptions:
       layer_norm: layer-normalise each biLM layer (per sentence, over valid tokens) before mixing.
       mix_weights: initial un-normalised mix weights (L + 1 values); None = equal weights.
       l2_coef: L2 penalty on the mix weights, exposed through `regularization_losses`.
+      tokenizer: in-graph tokenizer of the `default` signature and `__call__`: "whitespace" (like
+        `str.split()`) or "cjk_chars" (every CJK ideograph a token, the rest split on whitespace).
+      version: when set, the SavedModel goes to `export_dir/<version>/`, the layout TF Serving's
+        `--model_base_path` expects (other versions there are kept).
     """
 
     trainable: str = "mix"
     layer_norm: bool = False
     mix_weights: Optional[Sequence[float]] = None
     l2_coef: float = 0.0
+    tokenizer: str = "whitespace"
+    version: Optional[int] = None
 
     def __post_init__(self):
         if self.trainable not in TRAINABLE_CHOICES:
             raise ExportError(f"`trainable` must be one of {list(TRAINABLE_CHOICES)}; received {self.trainable!r}.")
         if self.l2_coef < 0:
             raise ExportError(f"`l2_coef` must be >= 0; received {self.l2_coef!r}.")
+        if self.tokenizer not in char_ids.TOKENIZERS:
+            raise ExportError(f"`tokenizer` must be one of {list(char_ids.TOKENIZERS)}; received {self.tokenizer!r}.")
+        if self.version is not None and (not isinstance(self.version, int) or self.version < 1):
+            raise ExportError(f"`version` must be an integer >= 1 (a TF Serving version folder); received {self.version!r}.")
 
 
 def output_keys(num_lstm_layers: int) -> list[str]:
@@ -76,6 +86,7 @@ class ElmoModule(tf.Module):
         # `trainable_variables` held the other, and fine-tuning would train nothing.
         object.__setattr__(self, "_bilm", bilm)
         self._max_chars = bilm.config.char_cnn.max_characters_per_token
+        self._tokenizer = export_options.tokenizer
         self._num_lstm_layers = bilm.config.lstm.n_layers
         mix = ScalarMix(
             bilm.config.num_output_layers,
@@ -111,7 +122,7 @@ class ElmoModule(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def default_signature(self, text):
-        return self._embed(char_ids.text_to_char_ids(text, self._max_chars), training=False)
+        return self._embed(char_ids.text_to_char_ids(text, self._max_chars, self._tokenizer), training=False)
 
     @tf.function(
         input_signature=[
@@ -143,7 +154,7 @@ class ElmoModule(tf.Module):
     @tf.function
     def __call__(self, text, training=False):
         """TF-Hub entry point: `text` string `[B]` -> the outputs dict."""
-        return self._embed(char_ids.text_to_char_ids(text, self._max_chars), training=training)
+        return self._embed(char_ids.text_to_char_ids(text, self._max_chars, self._tokenizer), training=training)
 
 
 _MODULE_README = """\
@@ -153,8 +164,7 @@ A TF2 SavedModel of a character-aware bidirectional LSTM language model (ELMo, P
 written by elmo_tf. The model's options are in `assets/options.json`.
 
 ## Signatures
-* `default` (= `serving_default`): input `text`, string `[B]`, untokenized sentences; tokens are
-  split on Unicode whitespace exactly like Python's `str.split()`.
+* `default` (= `serving_default`): input `text`, string `[B]`, untokenized sentences; {TOKENIZER}
 * `tokens`: inputs `tokens`, string `[B, T]` padded with `""`, and `sequence_len`, int32 `[B]`
   (0 <= sequence_len <= T; tokens past a row's length are ignored).
 
@@ -181,6 +191,12 @@ out = elmo.signatures["default"](text=tf.constant(["the cat sat", "hello"]))
 """
 
 
+_TOKENIZER_DOC = {
+    "whitespace": "tokens are\n  split on Unicode whitespace exactly like Python's `str.split()`.",
+    "cjk_chars": "every CJK\n  ideograph is a token of its own, the rest is split on whitespace like `str.split()`.",
+}
+
+
 def module_readme(bilm: BiLM, export_options: ExportOptions) -> str:
     p = bilm.config.token_dim
     rows = "".join(
@@ -198,6 +214,7 @@ def module_readme(bilm: BiLM, export_options: ExportOptions) -> str:
         .replace("{P}", str(p))
         .replace("{NL}", str(bilm.config.num_output_layers))
         .replace("{TRAINABLE}", trainable)
+        .replace("{TOKENIZER}", _TOKENIZER_DOC[export_options.tokenizer])
     )
 
 
@@ -295,6 +312,9 @@ def export_module(
         with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
             f.write(module_readme(bilm, export_options))
 
+    if export_options.version is not None:
+        os.makedirs(export_dir, exist_ok=True)
+        export_dir = os.path.join(export_dir, str(export_options.version))
     return _write_atomically(export_dir, write)
 
 

@@ -12,6 +12,7 @@ from absl import app, flags  # noqa: E402
 
 flags.DEFINE_string("module", "hub_module", "An exported elmo_tf module (export.py).")
 flags.DEFINE_multi_string("sentence", None, "Sentences to compare (repeat the flag); a default set otherwise.")
+flags.DEFINE_string("word", "bank", "A word whose occurrences in the sentences are compared layer by layer.")
 FLAGS = flags.FLAGS
 
 DEFAULT_SENTENCES = [
@@ -36,6 +37,19 @@ def main(argv):
     for i, s in enumerate(sentences):
         row = " ".join(f"{v:+.3f}" for v in vectors @ vectors[i])
         print(f"  [{i}] {row}   {s}")
+
+    # The same word in different sentences: identical in the context-free layer, different in the LSTM layers.
+    where = [(i, tokens.index(FLAGS.word)) for i, tokens in enumerate(s.split() for s in sentences) if FLAGS.word in tokens]
+    if len(where) < 2:
+        return
+    layers = ["word_emb"] + sorted(k for k in out if k.startswith("lstm_outputs")) + ["elmo"]
+    print(f"Cosine similarity of {FLAGS.word!r} in sentences {[i for i, _ in where]}, per layer:")
+    for key in layers:
+        vecs = np.stack([out[key].numpy()[i, k] for i, k in where])
+        vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+        sims = vecs @ vecs.T
+        pairs = " ".join(f"{a}-{b}: {sims[x, y]:+.3f}" for x, (a, _) in enumerate(where) for y, (b, _) in enumerate(where) if x < y)
+        print(f"  {key:15s} {pairs}")
 
 
 if __name__ == "__main__":

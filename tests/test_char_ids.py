@@ -107,3 +107,11 @@ def test_batch_char_ids_rejects_non_ragged():
         char_ids.batch_char_ids(tf.constant([["a"]]), 50)
     with pytest.raises(ValueError, match="string RaggedTensor of rank 2"):
         char_ids.batch_char_ids(tf.ragged.constant([[1, 2]]), 50)
+
+
+def test_cjk_chars_tokenizer():
+    got = char_ids.split_text(tf.constant(["我爱 NLP 北京。", "", "abc 漢字x"]), "cjk_chars").to_list()
+    as_text = [[t.decode("utf-8") for t in row] for row in got]
+    assert as_text == [["我", "爱", "NLP", "北", "京", "。"], [], ["abc", "漢", "字", "x"]]
+    with pytest.raises(ValueError, match="Unknown tokenizer"):
+        char_ids.split_text(tf.constant(["a"]), "spaces")
