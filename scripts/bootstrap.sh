@@ -21,8 +21,10 @@ stamp="$VENV/.requirements.sha256"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "== Setting up $VENV (one-time; installs TensorFlow, a few minutes) =="
   "$BASE_PYTHON" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet --progress-bar off -r "$ROOT/requirements.txt"
+  # (Some machines' pip configuration names local indexes that do not exist; those warnings are noise.)
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip 2>&1 | { grep -v "is ignored: it is neither" || true; }
+  "$VENV/bin/python" -m pip install --quiet --progress-bar off -r "$ROOT/requirements.txt" 2>&1 \
+    | { grep -v "is ignored: it is neither" || true; }
   echo "$want" > "$stamp"
 fi
 PYTHON="$VENV/bin/python"
