@@ -90,6 +90,9 @@ def main(argv):
 
     tf.get_logger().setLevel("WARNING")
     if FLAGS.mode == "eval":
+        for name in ("train_config.json", "vocab.txt", "options.json"):
+            if not os.path.isfile(os.path.join(FLAGS.save_dir, name)):
+                raise app.UsageError(f"--save_dir={FLAGS.save_dir} is not a training directory: it has no {name}.")
         trainer_config = json.load(open(os.path.join(FLAGS.save_dir, "train_config.json")))
         vocab = Vocabulary.from_file(os.path.join(FLAGS.save_dir, "vocab.txt"))
         config = BiLMConfig.from_json_file(os.path.join(FLAGS.save_dir, "options.json"))

@@ -62,14 +62,20 @@ def main(argv):
             curve.append(point)
             print(point, flush=True)
             pending = [m for m in pending if m * 60 > trained]
-    at_marks = {m: min(curve, key=lambda p: abs(p["minutes"] - m)) for m in marks}
-    rows = [{"minutes": m, "step": p["step"], "perplexity": p["perplexity"], "forward": p["perplexity_forward"],
-             "backward": p["perplexity_backward"], "tokens/s": p["step"] * tc.batch_size * tc.unroll_steps / (p["minutes"] * 60)}
-            for m, p in at_marks.items()]
+            report(curve, marks, tc)  # after every point, so an interrupted run keeps what it measured
+
+
+def report(curve, marks, tc):
+    reached = [m for m in marks if curve[-1]["minutes"] >= m - 1e-9]
+    rows = []
+    for m in reached:
+        p = min(curve, key=lambda point: abs(point["minutes"] - m))
+        rows.append({"minutes": m, "step": p["step"], "perplexity": p["perplexity"], "forward": p["perplexity_forward"],
+                     "backward": p["perplexity_backward"],
+                     "tokens/s": p["step"] * tc.batch_size * tc.unroll_steps / (p["minutes"] * 60)})
     common.print_table(rows, ["minutes", "step", "perplexity", "forward", "backward", "tokens/s"])
-    print("saved", common.save("train_perplexity", {"train_prefix": FLAGS.train_prefix,
-                                                     "heldout_prefix": FLAGS.heldout_prefix, "curve": curve,
-                                                     "at": rows}))
+    common.save("train_perplexity", {"train_prefix": FLAGS.train_prefix, "heldout_prefix": FLAGS.heldout_prefix,
+                                     "curve": curve, "at": rows, "complete": len(reached) == len(marks)})
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,10 +90,8 @@ def main(argv):
     ax.set_title("elmo_tf `small` preset")
     ax.legend()
     fig.tight_layout()
-    png = os.path.join(common.RESULTS, "train_perplexity.png")
-    fig.savefig(png, dpi=100)
-    print("saved", png)
-
+    fig.savefig(os.path.join(common.RESULTS, "train_perplexity.png"), dpi=100)
+    plt.close(fig)
 
 if __name__ == "__main__":
     app.run(main)

@@ -104,14 +104,23 @@ class BiLM(keras.Model):
         return char_ids
 
     def embed_tokens(self, char_ids: tf.Tensor, slot_mask: tf.Tensor) -> tf.Tensor:
-        """Token embeddings of the valid slots only, scattered back: `[B, S, C]` -> `[B, S, P]`, 0 on padding."""
+        """Token embeddings of the valid slots only, scattered back: `[B, S, C]` -> `[B, S, P]`, 0 on padding.
+
+        Each distinct token of the batch is embedded once (text repeats tokens: "the", ",", BOS/EOS), then
+        gathered back to its slots; padding slots cost nothing.
+        """
         positions = tf.where(slot_mask)  # [N, 2]
         tokens = tf.gather_nd(char_ids, positions)  # [N, C]
-        x = self.char_cnn(tokens)  # [N, F]
+        # A token's ids as a string key (ids 1..261 are valid code points), to find the distinct tokens.
+        keys = tf.strings.unicode_encode(tokens, "UTF-8")  # [N]
+        distinct, index = tf.unique(keys)  # [U], [N]
+        first = tf.math.unsorted_segment_min(tf.range(tf.shape(index)[0]), index, tf.shape(distinct)[0])  # [U]
+        x = self.char_cnn(tf.gather(tokens, first))  # [U, F]
         if self.highway is not None:
             x = self.highway(x)
         if self.token_projection is not None:
-            x = self.token_projection(x)  # [N, P]
+            x = self.token_projection(x)  # [U, P]
+        x = tf.gather(x, index)  # [N, P]
         shape = tf.concat([tf.shape(char_ids, out_type=tf.int64)[:2], [self.config.token_dim]], 0)
         return tf.scatter_nd(positions, x, shape)  # [B, S, P]
 
@@ -151,10 +160,9 @@ class BiLM(keras.Model):
         Returns:
           `(forward [B, U, h], backward [B, U, h], final_state)`.
         """
-        embedded = []
-        for ids in (char_ids_forward, char_ids_backward):
-            ids = self.validate_char_ids(ids)
-            embedded.append(self.embed_tokens(ids, tf.reduce_any(ids > 0, axis=-1)))  # [B, U, P]
+        # Both windows in one pass, so each distinct token of the step is embedded once.
+        ids = tf.concat([self.validate_char_ids(char_ids_forward), self.validate_char_ids(char_ids_backward)], 0)
+        embedded = tf.split(self.embed_tokens(ids, tf.reduce_any(ids > 0, axis=-1)), 2, axis=0)  # 2 x [B, U, P]
         outputs, final_state = self.bilstm(
             embedded[0],
             initial_state=initial_state,
