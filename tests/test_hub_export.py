@@ -806,3 +806,25 @@ def test_export_py_bad_weight_file_is_a_one_line_error(tmp_path):
     assert "(32, 16)" in naming[0], naming[0]  # the expected shape is named too
     assert not target.exists()
     assert sorted(os.listdir(tmp_path)) == ["weights.hdf5"]
+
+
+@pytest.mark.slow
+def test_cjk_chars_tokenizer_and_tf_serving_version_folder(tmp_path):
+    """`--tokenizer=cjk_chars` splits CJK ideographs in the graph; `--version` writes DIR/N/ for TF Serving."""
+    fixture = FIXTURES / "tiny"
+    base = tmp_path / "serving"
+    from elmo_tf.weights_io import load_original
+
+    bilm = load_original(str(fixture / "options.json"), str(fixture / "weights.hdf5"))
+    options = hub_export.ExportOptions(tokenizer="cjk_chars", version=3)
+    path = hub_export.export_module(bilm, str(base), export_options=options)
+    assert path == str(base / "3") and os.path.isfile(base / "3" / "saved_model.pb")
+    module = tf.saved_model.load(path)
+    text = ["我爱北京 and NLP", "", "中文"]
+    tokens = [["我", "爱", "北", "京", "and", "NLP"], [], ["中", "文"]]
+    by_text = module.signatures["default"](text=tf.constant(text))
+    padded = [t + [""] * (6 - len(t)) for t in tokens]
+    by_tokens = module.signatures["tokens"](tokens=tf.constant(padded), sequence_len=tf.constant([6, 0, 2]))
+    np.testing.assert_array_equal(by_text["sequence_len"].numpy(), [6, 0, 2])
+    np.testing.assert_allclose(by_text["elmo"].numpy(), by_tokens["elmo"].numpy(), atol=1e-6)
+    assert "CJK" in (base / "3" / "README.md").read_text()
