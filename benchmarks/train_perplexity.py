@@ -46,8 +46,7 @@ def main(argv):
 
     batches = iter(data.lm_windows(FLAGS.train_prefix, vocab, batch_size=trainer.global_batch,
                                    unroll_steps=tc.unroll_steps, max_chars=50, seed=tc.seed))
-    curve = [{"minutes": 0.0, "step": 0, **trainer.evaluate(FLAGS.heldout_prefix)}]
-    print(curve[-1])
+    curve = []
     # Evaluation points (minutes of training): every eval_every_minutes, plus each reporting mark.
     every = FLAGS.eval_every_minutes
     pending = sorted(set(marks) | {every * k for k in range(1, int(marks[-1] / every) + 1)})

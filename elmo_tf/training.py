@@ -282,8 +282,12 @@ class Trainer:
         return sums, tf.nest.flatten(final)
 
     def evaluate(self, file_pattern: str, batch_size: Optional[int] = None) -> dict[str, float]:
-        """Held-out perplexity with the full softmax: streams of windows, state carried, every token once."""
-        batch_size = batch_size or self.global_batch
+        """Held-out perplexity with the full softmax: streams of windows, state carried, every token once.
+
+        `batch_size` rows (default: max(global batch, 128)) each carry one stream; wide batches keep the
+        matmuls efficient, and each row starts from a zero state.
+        """
+        batch_size = batch_size or max(self.global_batch, 128)
         dataset = data.heldout_windows(
             file_pattern,
             self.vocab,
