@@ -39,7 +39,7 @@ def print_table(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
     def fmt(v):
         return f"{v:,.1f}" if isinstance(v, float) else str(v)
 
-    widths = [max(len(c), *(len(fmt(r.get(c, ""))) for r in rows)) for c in columns]
+    widths = [max([len(c)] + [len(fmt(r.get(c, ""))) for r in rows]) for c in columns]
     print(" | ".join(c.ljust(w) for c, w in zip(columns, widths)))
     print("-|-".join("-" * w for w in widths))
     for r in rows:
