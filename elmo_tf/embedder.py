@@ -431,7 +431,8 @@ class Embedder:
         num_empty = int(np.sum(lengths == 0))
         empty_shape = (self.num_layers, 0, self.dim) if self.layers == "all" else (0, self.dim)
         for begin in range(0, num_empty, self.batch_size):
-            yield [(int(i), np.zeros(empty_shape, np.float32)) for i in order[begin : min(begin + self.batch_size, num_empty)]]
+            rows = order[begin : min(begin + self.batch_size, num_empty)]
+            yield [(int(i), np.zeros(empty_shape, np.float32)) for i in rows]
         for begin in range(num_empty, len(order), self.batch_size):
             rows = order[begin : begin + self.batch_size]
             width = int(lengths[rows[-1]])  # T: rows are sorted, the last is the longest
@@ -478,7 +479,9 @@ def _check_sentences(sentences) -> list[list[str]]:
             )
         for j, token in enumerate(sentence):
             if not isinstance(token, str):
-                raise TypeError(f"`sentences[{i}][{j}]` must be a str token; received {type(token).__name__} {token!r:.60}.")
+                raise TypeError(
+                    f"`sentences[{i}][{j}]` must be a str token; received {type(token).__name__} {token!r:.60}."
+                )
         checked.append(list(sentence))
     return checked
 

@@ -40,7 +40,8 @@ SENTENCES: list = json.loads(str(_ref["sentences_json"]))  # 8 token lists
 LM_EMBEDDINGS = _ref["lm_embeddings"]  # [8, L + 1, T, 2P], the original's layers
 LENGTHS = _ref["lengths"]
 # A file with the fixture sentences, an empty and a blank line, a repeated line and extra spaces.
-LINES = [" ".join(s) for s in SENTENCES[:4]] + ["", "Hello", "   ", "  two  spaces\t"] + [" ".join(s) for s in SENTENCES[4:]]
+LINES = [" ".join(s) for s in SENTENCES[:4]] + ["", "Hello", "   ", "  two  spaces\t"]
+LINES += [" ".join(s) for s in SENTENCES[4:]]
 
 
 @pytest.fixture(scope="module")
