@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
-# Runs the test suite (sets up .venv from requirements.txt first if needed). Extra args go to pytest.
+# Runs the test suite (sets up .venv from requirements-test.txt first if needed). Extra args go to pytest.
+REQUIREMENTS=requirements-test.txt
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/bootstrap.sh"
 exec "$PYTHON" -m pytest -q --durations=10 tests "$@"

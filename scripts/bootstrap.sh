@@ -1,5 +1,6 @@
 # Sourced by run.sh and test.sh: makes sure the project's virtual environment exists and matches
-# requirements.txt (re-installing only when the file changed), then sets PYTHON to its interpreter.
+# $REQUIREMENTS (default requirements.txt; test.sh uses requirements-test.txt, which includes it),
+# re-installing only when those files changed, then sets PYTHON to its interpreter.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ELMO_TF_VENV:-$ROOT/.venv}"
@@ -16,14 +17,16 @@ if not (3, 10) <= sys.version_info[:2] <= (3, 12):
              "Set BASE_PYTHON to a suitable interpreter.")
 PY
 
-want="$(cat "$ROOT/requirements.txt" | sha256sum | cut -d' ' -f1)"
-stamp="$VENV/.requirements.sha256"
+REQUIREMENTS="${REQUIREMENTS:-requirements.txt}"
+# The stamp covers every requirements file (they include each other), so any change re-runs the install.
+want="$(cat "$ROOT"/requirements*.txt | sha256sum | cut -d' ' -f1)"
+stamp="$VENV/.installed-$REQUIREMENTS.sha256"  # one stamp per entry point's file
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "== Setting up $VENV (one-time; installs TensorFlow, a few minutes) =="
-  "$BASE_PYTHON" -m venv "$VENV"
+  echo "== Setting up $VENV from $REQUIREMENTS (one-time; installs TensorFlow, a few minutes) =="
+  [ -x "$VENV/bin/python" ] || "$BASE_PYTHON" -m venv "$VENV"
   # (Some machines' pip configuration names local indexes that do not exist; those warnings are noise.)
   "$VENV/bin/python" -m pip install --quiet --upgrade pip 2>&1 | { grep -v "is ignored: it is neither" || true; }
-  "$VENV/bin/python" -m pip install --quiet --progress-bar off -r "$ROOT/requirements.txt" 2>&1 \
+  "$VENV/bin/python" -m pip install --quiet --progress-bar off -r "$ROOT/$REQUIREMENTS" 2>&1 \
     | { grep -v "is ignored: it is neither" || true; }
   echo "$want" > "$stamp"
 fi
