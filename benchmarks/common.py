@@ -52,3 +52,36 @@ def save(name: str, payload: dict[str, Any]) -> str:
     with open(path, "w") as f:
         json.dump({"machine": machine(), **payload}, f, indent=2)
     return path
+
+
+def flops_per_position(config) -> float:
+    """Multiply-adds x 2 of one token position through the whole biLM (`BiLMConfig`), both directions."""
+    cnn, lstm = config.char_cnn, config.lstm
+    width = cnn.max_characters_per_token
+    flops = sum(2.0 * w * n * (width - w + 1) * cnn.embedding_dim for w, n in cnn.filters)  # char-CNN
+    flops += cnn.n_highway * 2 * (2.0 * cnn.n_filters * cnn.n_filters)  # carry gate + transform per layer
+    if config.has_token_projection:
+        flops += 2.0 * cnn.n_filters * lstm.projection_dim
+    h = lstm.projection_dim if lstm.projection_dim < lstm.dim else lstm.dim
+    for layer in range(lstm.n_layers):
+        d = config.token_dim if layer == 0 else h
+        flops += 2 * 2.0 * (d + h) * 4 * lstm.dim  # gates, 2 directions
+        if lstm.projection_dim < lstm.dim:
+            flops += 2 * 2.0 * lstm.dim * lstm.projection_dim  # cell projection, 2 directions
+    return flops
+
+
+def matmul_gflops(n: int = 4096, repeats: int = 10) -> float:
+    """Median float32 [n, n] @ [n, n] rate of this machine (GFLOP/s), the utilisation reference."""
+    import tensorflow as tf
+
+    a = tf.random.stateless_normal([n, n], seed=[1, 2])
+    b = tf.random.stateless_normal([n, n], seed=[3, 4])
+    matmul = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
+    matmul().numpy()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul().numpy()
+        times.append(time.perf_counter() - start)
+    return 2.0 * n**3 / median(times) / 1e9

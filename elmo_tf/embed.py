@@ -36,7 +36,9 @@ flags.DEFINE_enum("dtype", "float32", ["float32", "float16"], "Type of the store
 flags.DEFINE_bool("tokenized", True, "Lines are whitespace-separated tokens. false: split them with the module's "
                   "in-graph tokenizer (the one chosen at export), or on whitespace with --options_file.")
 # How.
-flags.DEFINE_integer("batch_size", 64, "Sentences per model call (sentences are batched by length).")
+flags.DEFINE_integer("batch_size", 64, "Sentences per model call.")
+flags.DEFINE_bool("sort_by_length", True, "Batch sentences of similar length together (less padding; the "
+                  "file's order is kept in the output either way). false: batches follow the file's order.")
 flags.DEFINE_bool("overwrite", False, "Replace an existing --output_file (only once the new one is complete).")
 flags.DEFINE_integer("chunk_lines", 10_000, "Advanced: lines per resumable chunk (progress is saved after each).")
 flags.DEFINE_bool("progress", True, "Show a progress bar (sentences/s, tokens/s, ETA) on stderr.")
@@ -91,6 +93,7 @@ def main(argv):
             layers=FLAGS.layers,
             mix_weights=mix_weights,
             gamma=FLAGS.gamma,
+            sort_by_length=FLAGS.sort_by_length,
         )
         result = embedder.embed_file(
             FLAGS.input_file,

@@ -126,6 +126,8 @@ class Embedder:
         "mix": `[n, 2P]`, `gamma * sum_j softmax(mix_weights)_j * layer_j` (ELMo's scalar mix, Eq. 1).
       mix_weights: the L + 1 un-normalised scalar-mix weights; required for (and only for) "mix".
       gamma: the scalar mix's scale; "mix" only.
+      sort_by_length: batch sentences of similar length together (less padding, much faster on real text;
+        the outputs are the same up to float rounding). False keeps the input order in the batches.
 
     Example:
       >>> embedder = Embedder("hub_module", layers="top")
@@ -146,6 +148,7 @@ class Embedder:
         layers: str = "all",
         mix_weights: Optional[Sequence[float]] = None,
         gamma: float = 1.0,
+        sort_by_length: bool = True,
     ):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise EmbedError(f"`batch_size` must be an integer >= 1; received {batch_size!r}.")
@@ -170,6 +173,7 @@ class Embedder:
         self.layers = layers
         self.mix_weights = mix_weights
         self.gamma = float(gamma)
+        self.sort_by_length = bool(sort_by_length)
 
         path = os.fspath(path_or_options)
         if not os.path.exists(path):
@@ -422,12 +426,15 @@ class Embedder:
     # Length-sorted batching
 
     def _embed_token_lists(self, sentences: list[list[str]]) -> Iterator[list[tuple[int, np.ndarray]]]:
-        """Yields batches of `(index, array)`, shortest sentences first (not in input order).
+        """Yields batches of `(index, array)`, shortest sentences first unless `sort_by_length` is off.
 
         Sorting by length keeps padding small; empty sentences need no model call.
         """
         lengths = np.array([len(s) for s in sentences], dtype=np.int64)
-        order = np.argsort(lengths, kind="stable")
+        if self.sort_by_length:
+            order = np.argsort(lengths, kind="stable")
+        else:  # input order, empty sentences first (they need no model call)
+            order = np.concatenate([np.flatnonzero(lengths == 0), np.flatnonzero(lengths > 0)])
         num_empty = int(np.sum(lengths == 0))
         empty_shape = (self.num_layers, 0, self.dim) if self.layers == "all" else (0, self.dim)
         for begin in range(0, num_empty, self.batch_size):
@@ -435,7 +442,7 @@ class Embedder:
             yield [(int(i), np.zeros(empty_shape, np.float32)) for i in rows]
         for begin in range(num_empty, len(order), self.batch_size):
             rows = order[begin : begin + self.batch_size]
-            width = int(lengths[rows[-1]])  # T: rows are sorted, the last is the longest
+            width = int(lengths[rows].max())  # T
             tokens = [sentences[i] + [""] * (width - len(sentences[i])) for i in rows]  # [B, T]
             out = self._run_tokens(tf.constant(tokens, tf.string), tf.constant(lengths[rows], tf.int32)).numpy()
             yield [(int(i), _row(out, b, int(lengths[i]), self.layers)) for b, i in enumerate(rows)]
@@ -445,7 +452,9 @@ class Embedder:
 
         Token counts are known only after the call, so batches are formed by character length.
         """
-        order = np.argsort(np.array([len(t) for t in texts], dtype=np.int64), kind="stable")
+        order = np.arange(len(texts))
+        if self.sort_by_length:
+            order = np.argsort(np.array([len(t) for t in texts], dtype=np.int64), kind="stable")
         for begin in range(0, len(order), self.batch_size):
             rows = order[begin : begin + self.batch_size]
             out, lengths = self._run_texts(tf.constant([texts[i] for i in rows], tf.string))

@@ -141,6 +141,7 @@ def test_batch_independent_and_deterministic(embedder, module_dir):
         one_by_one.embed_sentences(SENTENCES[::-1])[-1],
         big_batch.embed_sentences(SENTENCES + [target] + SENTENCES)[8],
         big_batch.embed_sentences([["x"] * 40, target, ["y"]])[1],  # padded to 40 tokens
+        Embedder(module_dir, batch_size=2, sort_by_length=False).embed_sentences([["x"] * 40, target, []])[1],
     ]
     for got in contexts:
         np.testing.assert_allclose(got, alone, rtol=0, atol=TOL)

@@ -1,0 +1,139 @@
+"""Embedding throughput, FLOP utilisation and peak memory of a full model on a fixed real-sentence sample.
+
+    python benchmarks/embed_speed.py [--preset=original] [--batch_sizes=1,16,64] [--repeats=3]
+
+The model has random weights in the original layout (written to an options.json + weights.hdf5 pair and
+loaded by `elmo_tf.embedder.Embedder`, the path `python -m elmo_tf.embed --options_file` takes). The sample
+is benchmarks/data/wikitext2_valid_77.txt (77 sentences, 1,955 tokens). Each row runs in a fresh process,
+so its peak RSS is its own: model load + embedding. Rows:
+  * batch 1, 16, 64 in the file's order (`sort_by_length=False`), as a plain batched loop would do;
+  * batch 64 with length bucketing (`sort_by_length=True`, the `embed` default);
+  * `embed` command end to end (HDF5 written, length bucketing), sentences/s and tokens/s.
+"Useful" FLOPs count one pass of the model per real token (no BOS/EOS or padding); utilisation divides
+them by a float32 4096 x 4096 matmul rate measured in the same run. Prints a table; writes
+benchmarks/results/embed_speed[_<tag>].json.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from absl import app, flags  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+
+flags.DEFINE_string("preset", "original", "Model size: a preset name (original, small).")
+flags.DEFINE_list("batch_sizes", ["1", "16", "64"], "Batch sizes measured in the file's order.")
+flags.DEFINE_integer("bucketed_batch_size", 64, "Batch size of the length-bucketed rows.")
+flags.DEFINE_integer("repeats", 3, "Timed passes over the sample per row (after one warm-up pass).")
+flags.DEFINE_string("sample", os.path.join(ROOT, "benchmarks", "data", "wikitext2_valid_77.txt"), "Sentences.")
+flags.DEFINE_string("tag", "", "Suffix of the results file (e.g. 'bf16').")
+flags.DEFINE_string("precision", "float32", "Compute precision passed to the Embedder (float32 or bfloat16).")
+flags.DEFINE_string("worker", None, "Internal: run one row (JSON) and print its result.")
+FLAGS = flags.FLAGS
+
+
+def write_random_model(preset: str, folder: str) -> tuple[str, str]:
+    """options.json + weights.hdf5 of the preset with seeded random weights."""
+    import keras
+
+    from elmo_tf import presets
+    from elmo_tf.bilm import BiLM
+    from elmo_tf.weights_io import save_weights
+
+    keras.utils.set_random_seed(0)
+    config = presets.preset(preset)
+    model = BiLM(config)
+    model.build()
+    options, weights = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
+    with open(options, "w") as f:
+        json.dump(config.to_dict(), f)
+    save_weights(model, weights)
+    return options, weights
+
+
+def run_row(row: dict) -> dict:
+    """One measurement in this (fresh) process."""
+    from elmo_tf.embedder import Embedder
+
+    sentences = [line.split() for line in open(row["sample"], encoding="utf-8")]
+    tokens = sum(len(s) for s in sentences)
+    start = time.perf_counter()
+    embedder = Embedder(row["options"], row["weights"], batch_size=row["batch_size"], layers="all",
+                        sort_by_length=row["sorted"], **({"precision": row["precision"]} if row["precision"] != "float32" else {}))
+    load_seconds = time.perf_counter() - start
+    times = []
+    if row["mode"] == "embed_file":
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(row["repeats"] + 1):
+                out = os.path.join(tmp, f"out{r}.hdf5")
+                start = time.perf_counter()
+                embedder.embed_file(row["sample"], out, progress=False)
+                times.append(time.perf_counter() - start)
+                os.remove(out)
+    else:
+        for _ in range(row["repeats"] + 1):
+            start = time.perf_counter()
+            embedder.embed_sentences(sentences)
+            times.append(time.perf_counter() - start)
+    seconds = common.median(times[1:])  # the first pass traces the graphs
+    return {"load_seconds": load_seconds, "pass_seconds": times[1:], "seconds": seconds,
+            "tokens/s": tokens / seconds, "sentences/s": len(sentences) / seconds, "tokens": tokens,
+            "sentences": len(sentences), "peak RSS MB": common.peak_rss_mb()}
+
+
+def main(argv):
+    del argv
+    if FLAGS.worker:
+        print("RESULT " + json.dumps(run_row(json.loads(FLAGS.worker))))
+        return
+    from elmo_tf import presets
+
+    config = presets.preset(FLAGS.preset)
+    flops = common.flops_per_position(config)
+    peak = common.matmul_gflops()
+    rows = [{"mode": "sentences", "batch_size": int(b), "sorted": False} for b in FLAGS.batch_sizes]
+    rows.append({"mode": "sentences", "batch_size": FLAGS.bucketed_batch_size, "sorted": True})
+    rows.append({"mode": "embed_file", "batch_size": FLAGS.bucketed_batch_size, "sorted": True})
+    with tempfile.TemporaryDirectory() as folder:
+        # Written in a child process, so this process stays small and the rows' RSS is their own.
+        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); "
+                        f"from benchmarks.embed_speed import write_random_model; "
+                        f"write_random_model({FLAGS.preset!r}, {folder!r})"], check=True)
+        options, weights = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
+        weight_mb = os.path.getsize(weights) / 2**20
+        for row in rows:
+            row.update(options=options, weights=weights, sample=FLAGS.sample, repeats=FLAGS.repeats,
+                       precision=FLAGS.precision)
+            done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(row)], capture_output=True,
+                                  text=True)
+            lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+            if done.returncode != 0 or not lines:
+                sys.exit(f"Row {row} failed:\n{done.stderr[-3000:]}")
+            row.update(json.loads(lines[-1][len("RESULT "):]))
+            row["GFLOP/s useful"] = row["tokens/s"] * flops / 1e9
+            row["% of matmul peak"] = 100.0 * row["GFLOP/s useful"] / peak
+            row["order"] = "length-bucketed" if row["sorted"] else "file order"
+            for key in ("options", "weights", "sample"):
+                del row[key]
+            print(f"{row['mode']} batch {row['batch_size']} {row['order']}: {row['tokens/s']:.1f} tokens/s", flush=True)
+    columns = ["mode", "batch_size", "order", "tokens/s", "sentences/s", "% of matmul peak", "peak RSS MB",
+               "load_seconds"]
+    print(f"\n{FLAGS.preset} preset ({flops / 1e6:.1f} MFLOP per token position, weights {weight_mb:.0f} MB), "
+          f"precision {FLAGS.precision}; float32 4096^2 matmul peak {peak:.1f} GFLOP/s; medians of {FLAGS.repeats}")
+    common.print_table(rows, columns)
+    name = "embed_speed" + (f"_{FLAGS.tag}" if FLAGS.tag else "")
+    print("saved", common.save(name, {"preset": FLAGS.preset, "precision": FLAGS.precision,
+                                      "mflop_per_position": flops / 1e6, "weights_mb": weight_mb,
+                                      "matmul_peak_gflops": peak, "rows": rows}))
+
+
+if __name__ == "__main__":
+    app.run(main)
