@@ -35,7 +35,7 @@ flags.DEFINE_integer("bucketed_batch_size", 64, "Batch size of the length-bucket
 flags.DEFINE_integer("repeats", 3, "Timed passes over the sample per row (after one warm-up pass).")
 flags.DEFINE_string("sample", os.path.join(ROOT, "benchmarks", "data", "wikitext2_valid_77.txt"), "Sentences.")
 flags.DEFINE_string("tag", "", "Suffix of the results file (e.g. 'bf16').")
-flags.DEFINE_string("precision", "float32", "Compute precision passed to the Embedder (float32 or bfloat16).")
+flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "float16"], "Compute precision of the Embedder.")
 flags.DEFINE_string("worker", None, "Internal: run one row (JSON) and print its result.")
 FLAGS = flags.FLAGS
 
@@ -67,7 +67,7 @@ def run_row(row: dict) -> dict:
     tokens = sum(len(s) for s in sentences)
     start = time.perf_counter()
     embedder = Embedder(row["options"], row["weights"], batch_size=row["batch_size"], layers="all",
-                        sort_by_length=row["sorted"], **({"precision": row["precision"]} if row["precision"] != "float32" else {}))
+                        sort_by_length=row["sorted"], precision=row["precision"])
     load_seconds = time.perf_counter() - start
     times = []
     if row["mode"] == "embed_file":

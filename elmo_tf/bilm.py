@@ -18,6 +18,29 @@ from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.highway import Highway
 
 
+# Compute precisions: variables stay float32 in every mode (checkpoints and weight files are unchanged);
+# "bfloat16" computes in bfloat16 (CPUs with AVX512-BF16/AMX, recent GPUs), "float16" in float16 (GPUs).
+PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+def precision_policy(precision: str) -> str:
+    """The Keras dtype policy of a precision name; raises ValueError naming the choices."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"`precision` must be one of {list(PRECISIONS)}; received {precision!r}.")
+    return PRECISIONS[precision]
+
+
+def with_precision(bilm: "BiLM", precision: str) -> "BiLM":
+    """`bilm` itself for float32, else a copy computing in `precision` (same float32 weights, outputs float32)."""
+    policy = precision_policy(precision)
+    if bilm.dtype_policy.name == policy:
+        return bilm
+    copy = BiLM(bilm.config, dropout=bilm.dropout, name=bilm.name, dtype=policy)
+    copy.build()
+    copy.set_weights(bilm.get_weights())
+    return copy
+
+
 @keras.saving.register_keras_serializable(package="elmo_tf")
 class BiLM(keras.Model):
     """The ELMo bidirectional language model (Peters et al. 2018, §3.1 and §3.4), stateless at inference.
@@ -25,6 +48,7 @@ class BiLM(keras.Model):
     Args:
       config: a `BiLMConfig` or an options dict in the original `options.json` layout.
       dropout: input dropout of every LSTM layer during training.
+      dtype: Keras dtype policy, e.g. "mixed_bfloat16" (see `PRECISIONS`); outputs are float32 in every case.
 
     Call arguments:
       char_ids: int `[B, S, C]` as produced by `elmo_tf.char_ids.batch_char_ids` (BOS and EOS slots
@@ -54,14 +78,16 @@ class BiLM(keras.Model):
             cnn.max_characters_per_token,
             cnn.activation,
             name="char_cnn",
+            dtype=self.dtype_policy,
         )
-        self.highway = Highway(cnn.n_highway, name="highway") if cnn.n_highway > 0 else None
+        self.highway = Highway(cnn.n_highway, name="highway", dtype=self.dtype_policy) if cnn.n_highway > 0 else None
         self.token_projection = None
         if config.has_token_projection:
             self.token_projection = keras.layers.Dense(
                 lstm.projection_dim,
                 kernel_initializer=keras.initializers.RandomNormal(stddev=(1.0 / cnn.n_filters) ** 0.5),
                 name="token_projection",
+                dtype=self.dtype_policy,
             )
         self.bilstm = BiLSTM(
             lstm.dim,
@@ -72,6 +98,7 @@ class BiLM(keras.Model):
             use_skip_connections=lstm.use_skip_connections,
             dropout=dropout,
             name="bilstm",
+            dtype=self.dtype_policy,
         )
 
     def build(self, input_shape=None):
@@ -141,6 +168,9 @@ class BiLM(keras.Model):
 
         word_emb = strip(token_embeddings)  # [B, T, P]
         layers = [tf.concat([word_emb, word_emb], axis=-1)] + [strip(h) for h in lstm_outputs]
+        if token_embeddings.dtype != tf.float32:  # reduced-precision compute: outputs stay float32
+            token_embeddings, word_emb = tf.cast(token_embeddings, tf.float32), tf.cast(word_emb, tf.float32)
+            layers = [tf.cast(h, tf.float32) for h in layers]
         return {
             "token_embeddings": token_embeddings,
             "word_emb": word_emb,

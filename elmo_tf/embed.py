@@ -39,6 +39,9 @@ flags.DEFINE_bool("tokenized", True, "Lines are whitespace-separated tokens. fal
 flags.DEFINE_integer("batch_size", 64, "Sentences per model call.")
 flags.DEFINE_bool("sort_by_length", True, "Batch sentences of similar length together (less padding; the "
                   "file's order is kept in the output either way). false: batches follow the file's order.")
+flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "float16"],
+                  "With --options_file: compute precision (opt-in bfloat16 where the CPU/GPU supports it, float16 on "
+                  "GPUs). A module computes in the precision it was exported with.")
 flags.DEFINE_bool("overwrite", False, "Replace an existing --output_file (only once the new one is complete).")
 flags.DEFINE_integer("chunk_lines", 10_000, "Advanced: lines per resumable chunk (progress is saved after each).")
 flags.DEFINE_bool("progress", True, "Show a progress bar (sentences/s, tokens/s, ETA) on stderr.")
@@ -94,6 +97,7 @@ def main(argv):
             mix_weights=mix_weights,
             gamma=FLAGS.gamma,
             sort_by_length=FLAGS.sort_by_length,
+            precision=FLAGS.precision,
         )
         result = embedder.embed_file(
             FLAGS.input_file,

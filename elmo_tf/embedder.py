@@ -38,6 +38,7 @@ import tensorflow as tf
 from absl import logging
 
 from elmo_tf import char_ids
+from elmo_tf.bilm import PRECISIONS, with_precision
 from elmo_tf.config import BiLMConfig
 from elmo_tf.layers.scalar_mix import ScalarMix
 
@@ -128,6 +129,8 @@ class Embedder:
       gamma: the scalar mix's scale; "mix" only.
       sort_by_length: batch sentences of similar length together (less padding, much faster on real text;
         the outputs are the same up to float rounding). False keeps the input order in the batches.
+      precision: with original files, the compute precision: "float32", or the opt-in "bfloat16" / "float16"
+        (see `elmo_tf.bilm.PRECISIONS`). A module's precision is the one it was exported with.
 
     Example:
       >>> embedder = Embedder("hub_module", layers="top")
@@ -149,6 +152,7 @@ class Embedder:
         mix_weights: Optional[Sequence[float]] = None,
         gamma: float = 1.0,
         sort_by_length: bool = True,
+        precision: str = "float32",
     ):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise EmbedError(f"`batch_size` must be an integer >= 1; received {batch_size!r}.")
@@ -174,6 +178,9 @@ class Embedder:
         self.mix_weights = mix_weights
         self.gamma = float(gamma)
         self.sort_by_length = bool(sort_by_length)
+        if precision not in PRECISIONS:
+            raise EmbedError(f"`precision` must be one of {list(PRECISIONS)}; received {precision!r}.")
+        self.precision = precision
 
         path = os.fspath(path_or_options)
         if not os.path.exists(path):
@@ -181,6 +188,11 @@ class Embedder:
         if os.path.isdir(path):
             if weight_file is not None:
                 raise EmbedError(f"`weight_file` is for an options.json only; {path!r} is a module folder.")
+            if precision != "float32":
+                raise EmbedError(
+                    f"A module computes in the precision it was exported with; re-export it with "
+                    f"`export.py --precision={precision}` instead of passing `precision` here."
+                )
             self._load_module(path)
         else:
             if weight_file is None:
@@ -244,12 +256,14 @@ class Embedder:
     def _load_original(self, options_file: str, weight_file: str) -> None:
         from elmo_tf.weights_io import load_original
 
-        bilm = load_original(options_file, weight_file)
+        bilm = with_precision(load_original(options_file, weight_file), self.precision)
         config: BiLMConfig = bilm.config
         max_chars = config.char_cnn.max_characters_per_token
         self.num_layers = config.num_output_layers  # L + 1
         self.dim = 2 * config.token_dim  # 2P
         self.model_description = f"options:{os.path.realpath(options_file)},weights:{os.path.realpath(weight_file)}"
+        if self.precision != "float32":
+            self.model_description += f",precision:{self.precision}"
         self._bilm = bilm
 
         # The same text -> ids code as the exported `tokens` signature, so both back ends agree.

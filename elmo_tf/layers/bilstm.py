@@ -74,7 +74,7 @@ class BiLSTM(keras.layers.Layer):
         for direction in DIRECTIONS:
             for layer in range(num_layers):
                 name = f"{direction}_{layer}"
-                setattr(self, name, ProjectedLSTM(units, cell_projection, cell_clip, proj_clip, name=name))
+                setattr(self, name, ProjectedLSTM(units, cell_projection, cell_clip, proj_clip, name=name, dtype=self.dtype_policy))
         self.output_dim = 2 * (cell_projection or units)
         # The mask is an explicit call argument; outputs carry no Keras mask (they are zero where masked).
         self.supports_masking = True

@@ -26,6 +26,8 @@ class ProjectedLSTM(keras.layers.Layer):
       projection_dim: P, or None for no projection (output width H).
       cell_clip: clip value for c_t, or None.
       proj_clip: clip value for the projected m_t, or None (used only with a projection).
+      max_unroll: inputs whose length is static and at most this are computed as straight-line code (the
+        fixed-length training windows); others in a `tf.while_loop`. Same results either way.
 
     Call arguments:
       inputs: float `[B, S, D]`, time-major within each row from position 0.
@@ -43,6 +45,7 @@ class ProjectedLSTM(keras.layers.Layer):
         projection_dim: Optional[int] = None,
         cell_clip: Optional[float] = None,
         proj_clip: Optional[float] = None,
+        max_unroll: int = 32,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -60,6 +63,9 @@ class ProjectedLSTM(keras.layers.Layer):
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
         self.output_dim = projection_dim or units
+        # Inputs with a static length up to this many steps run as straight-line code, longer or unknown
+        # lengths as a loop (same results).
+        self.max_unroll = max_unroll
         # The mask is an explicit call argument; outputs carry no Keras mask (they are zero where masked).
         self.supports_masking = True
 
@@ -90,29 +96,50 @@ class ProjectedLSTM(keras.layers.Layer):
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
         if mask is None:
             mask = tf.ones([batch, steps], tf.bool)
-        kernel = tf.convert_to_tensor(self.kernel)
+        valid = tf.cast(mask, tf.bool)[:, :, None]  # [B, S, 1]
+        c, m = self.zero_state(batch) if initial_state is None else initial_state  # [B, H], [B, h]
+        weights = [tf.convert_to_tensor(self.kernel), tf.convert_to_tensor(self.bias)]  # [D + h, 4H], [4H]
+        if self.projection is not None:
+            weights.append(tf.convert_to_tensor(self.projection))  # [H, P]
+        static_steps = x.shape[1]
+        if static_steps is not None and static_steps <= self.max_unroll:
+            outputs, c, m = self._unrolled(static_steps, valid, x, c, m, *weights)
+            return outputs, (c, m)
+        return self._loop(steps, valid, x, c, m, *weights)
+
+    def _step(self, gates_x_t, c, m, w_recurrent, projection):
+        """One step from the carried (c, m); returns what the backward pass needs too.
+
+        Returns:
+          `(z, c_pre, u, m_pre)`: gates before activation `[B, 4H]`, cell before clipping `[B, H]`,
+          `sigmoid(o) * tanh(c_t)` `[B, H]`, projected output before clipping `[B, h]` (u without projection).
+        """
+        z = gates_x_t + tf.matmul(m, w_recurrent)  # [B, 4H]
+        i, j, f, o = tf.split(z, 4, axis=-1)  # [B, H] each
+        c_pre = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(j)
+        u = tf.sigmoid(o) * tf.tanh(self._clip(c_pre, self.cell_clip))
+        m_pre = u if projection is None else tf.matmul(u, projection)
+        return z, c_pre, u, m_pre
+
+    def _clip(self, value, clip):
+        return value if clip is None else tf.clip_by_value(value, -clip, clip)
+
+    def _proj_clip(self, projection):
+        return self.proj_clip if projection is not None else None
+
+    def _loop(self, steps, valid, x, c, m, kernel, bias, projection=None):
+        """Any length, in a `tf.while_loop` (gradients by autodiff)."""
         w_input, w_recurrent = kernel[: self.input_dim], kernel[self.input_dim :]  # [D, 4H], [h, 4H]
-        projection = None if self.projection is None else tf.convert_to_tensor(self.projection)  # [H, P]
-        # Hoisted input product for every step at once, time-major for the loop.
-        gates_x = tf.tensordot(x, w_input, 1) + self.bias  # [B, S, 4H]
+        proj_clip = self._proj_clip(projection)
+        gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H], every step at once
         # Read per step through a TensorArray: its gradient is written per step, whereas the gradient of
         # indexing a captured tensor would build a full [S, B, 4H] tensor at every step.
         gates_x = tf.TensorArray(gates_x.dtype, size=steps).unstack(tf.transpose(gates_x, [1, 0, 2]))  # S x [B, 4H]
-        valid = tf.transpose(tf.cast(mask, tf.bool))[:, :, None]  # [S, B, 1]
-        c, m = self.zero_state(batch) if initial_state is None else initial_state  # [B, H], [B, h]
-        cell_clip, proj_clip = self.cell_clip, self.proj_clip
+        valid = tf.transpose(valid, [1, 0, 2])  # [S, B, 1]
 
-        def step(t, c, m, outputs):
-            z = gates_x.read(t) + tf.matmul(m, w_recurrent)  # [B, 4H]
-            i, j, f, o = tf.split(z, 4, axis=-1)  # [B, H] each
-            c_new = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(j)
-            if cell_clip is not None:
-                c_new = tf.clip_by_value(c_new, -cell_clip, cell_clip)
-            m_new = tf.sigmoid(o) * tf.tanh(c_new)  # [B, H]
-            if projection is not None:
-                m_new = tf.matmul(m_new, projection)  # [B, P]
-                if proj_clip is not None:
-                    m_new = tf.clip_by_value(m_new, -proj_clip, proj_clip)
+        def loop_step(t, c, m, outputs):
+            _, c_pre, _, m_pre = self._step(gates_x.read(t), c, m, w_recurrent, projection)
+            c_new, m_new = self._clip(c_pre, self.cell_clip), self._clip(m_pre, proj_clip)
             keep = valid[t]  # [B, 1]
             outputs = outputs.write(t, tf.where(keep, m_new, tf.zeros_like(m_new)))
             return t + 1, tf.where(keep, c_new, c), tf.where(keep, m_new, m), outputs
@@ -120,13 +147,94 @@ class ProjectedLSTM(keras.layers.Layer):
         outputs = tf.TensorArray(self.compute_dtype, size=steps, element_shape=tf.TensorShape([None, self.output_dim]))
         _, c, m, outputs = tf.while_loop(
             lambda t, *_: t < steps,
-            step,
+            loop_step,
             (tf.constant(0), c, m, outputs),
             maximum_iterations=steps,
         )
         outputs = tf.transpose(outputs.stack(), [1, 0, 2])  # [B, S, h]
         outputs.set_shape(x.shape[:2].concatenate([self.output_dim]))  # keep static B and S for Keras
         return outputs, (c, m)
+
+    def _unrolled(self, steps, valid, x, c0, m0, kernel, bias, *projection):
+        """A known, short length (the training windows) as straight-line code, with a hand-written gradient.
+
+        Autodiff of the recurrence would compute `dz @ W^T` with a transposed operand (several times slower
+        on CPU than a plain product) and one weight-gradient product per step. The gradient below uses
+        transposed copies made once, and forms each weight gradient as one large product over all steps.
+        """
+        d, cell_clip, proj_clip = self.input_dim, self.cell_clip, self._proj_clip(projection[0] if projection else None)
+        valid = tf.unstack(valid, steps, axis=1)  # S x [B, 1]
+
+        @tf.custom_gradient
+        def run(x, c0, m0, kernel, bias, *projection_arg):
+            projection = projection_arg[0] if projection_arg else None  # [H, P]
+            w_input, w_recurrent = kernel[:d], kernel[d:]  # [D, 4H], [h, 4H]
+            gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H]
+            c, m = c0, m0
+            outputs, saved = [], []
+            # (unstack, not slicing: the gradient of a slice would be a full [B, S, 4H] tensor per step.)
+            for t, gates_x_t in enumerate(tf.unstack(gates_x, steps, axis=1)):
+                z, c_pre, u, m_pre = self._step(gates_x_t, c, m, w_recurrent, projection)
+                saved.append((c, m, z, c_pre, u, m_pre))
+                c_new, m_new = self._clip(c_pre, cell_clip), self._clip(m_pre, proj_clip)
+                outputs.append(tf.where(valid[t], m_new, tf.zeros_like(m_new)))
+                c, m = tf.where(valid[t], c_new, c), tf.where(valid[t], m_new, m)
+            outputs = tf.stack(outputs, axis=1)  # [B, S, h]
+
+            def grad(d_outputs, d_c, d_m):
+                w_recurrent_t = tf.transpose(w_recurrent)  # [4H, h]
+                projection_t = None if projection is None else tf.transpose(projection)  # [P, H]
+                d_c = tf.zeros_like(c) if d_c is None else d_c
+                d_m = tf.zeros_like(m) if d_m is None else d_m
+                d_outputs = tf.zeros_like(outputs) if d_outputs is None else d_outputs
+                d_outs = tf.unstack(d_outputs, steps, axis=1)
+                d_z, d_m_pre = [None] * steps, [None] * steps
+                for t in reversed(range(steps)):
+                    c_prev, _, z, c_pre, u, m_pre = saved[t]
+                    keep = tf.cast(valid[t], z.dtype)  # [B, 1]; a skipped row passes its state's gradient on
+                    d_m_new, d_c_new = keep * (d_outs[t] + d_m), keep * d_c  # gradient into m_t, c_t
+                    d_m_pass, d_c_pass = (1.0 - keep) * d_m, (1.0 - keep) * d_c
+                    d_m_pre[t] = _pass_clip(d_m_new, m_pre, proj_clip)
+                    d_u = d_m_pre[t] if projection is None else tf.matmul(d_m_pre[t], projection_t)  # [B, H]
+                    i, j, f, o = tf.split(z, 4, axis=-1)
+                    s_i, t_j, s_f, s_o = tf.sigmoid(i), tf.tanh(j), tf.sigmoid(f + 1.0), tf.sigmoid(o)
+                    t_c = tf.tanh(self._clip(c_pre, cell_clip))
+                    d_c_pre = _pass_clip(d_c_new + d_u * s_o * (1.0 - t_c * t_c), c_pre, cell_clip)
+                    d_z[t] = tf.concat(
+                        [
+                            d_c_pre * t_j * s_i * (1.0 - s_i),
+                            d_c_pre * s_i * (1.0 - t_j * t_j),
+                            d_c_pre * c_prev * s_f * (1.0 - s_f),
+                            d_u * t_c * s_o * (1.0 - s_o),
+                        ],
+                        axis=-1,
+                    )  # [B, 4H]
+                    d_m = tf.matmul(d_z[t], w_recurrent_t) + d_m_pass  # [B, h]
+                    d_c = d_c_pre * s_f + d_c_pass  # [B, H]
+
+                def flat(tensors):  # S x [B, k] -> [S * B, k]
+                    return tf.concat(tensors, axis=0)
+
+                d_z_all = flat(d_z)  # [S * B, 4H]
+                x_all = flat(tf.unstack(x, steps, axis=1))  # [S * B, D]
+                d_kernel = tf.concat(
+                    [
+                        tf.matmul(x_all, d_z_all, transpose_a=True),  # [D, 4H]
+                        tf.matmul(flat([s[1] for s in saved]), d_z_all, transpose_a=True),  # [h, 4H]
+                    ],
+                    axis=0,
+                )
+                d_x = tf.stack(tf.split(tf.matmul(d_z_all, tf.transpose(w_input)), steps, axis=0), axis=1)  # [B, S, D]
+                grads = [d_x, d_c, d_m, d_kernel, tf.reduce_sum(d_z_all, axis=0)]
+                if projection is not None:
+                    grads.append(tf.matmul(flat([s[4] for s in saved]), flat(d_m_pre), transpose_a=True))  # [H, P]
+                return grads
+
+            return (outputs, c, m), grad
+
+        if steps == 0:
+            return tf.zeros([tf.shape(x)[0], 0, self.output_dim], self.compute_dtype), c0, m0
+        return run(x, c0, m0, kernel, bias, *projection)
 
     def compute_output_shape(self, input_shape):
         batch = input_shape[0]
@@ -142,5 +250,13 @@ class ProjectedLSTM(keras.layers.Layer):
             projection_dim=self.projection_dim,
             cell_clip=self.cell_clip,
             proj_clip=self.proj_clip,
+            max_unroll=self.max_unroll,
         )
         return config
+
+
+def _pass_clip(grad, value, clip):
+    """Gradient through `clip_by_value(value, -clip, clip)`: passed where the value was inside the range."""
+    if clip is None:
+        return grad
+    return tf.where(tf.abs(value) <= clip, grad, tf.zeros_like(grad))

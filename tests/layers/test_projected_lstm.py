@@ -12,17 +12,19 @@ def randomize(layer, rng, scale=1.0):
         w.assign((scale * rng.normal(size=w.shape)).astype(np.float32))
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        dict(units=6, projection_dim=4, cell_clip=0.5, proj_clip=0.3),
-        dict(units=6, projection_dim=4),
-        dict(units=5),
-        dict(units=5, cell_clip=1.0),
-    ],
-    ids=["proj+clips", "proj", "no-proj", "no-proj+cell-clip"],
-)
-def test_matches_numpy_reference(kwargs):
+CONFIGS = [
+    dict(units=6, projection_dim=4, cell_clip=0.5, proj_clip=0.3),
+    dict(units=6, projection_dim=4),
+    dict(units=5),
+    dict(units=5, cell_clip=1.0),
+]
+CONFIG_IDS = ["proj+clips", "proj", "no-proj", "no-proj+cell-clip"]
+
+
+@pytest.mark.parametrize("kwargs", CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("max_unroll", [32, 0], ids=["unrolled", "loop"])
+def test_matches_numpy_reference(kwargs, max_unroll):
+    kwargs = dict(kwargs, max_unroll=max_unroll)
     rng = np.random.default_rng(2)
     x = rng.normal(size=(3, 7, 4)).astype(np.float32)
     mask = np.arange(7)[None] < np.array([[7], [3], [0]])
@@ -93,3 +95,32 @@ def test_runs_in_tf_function_with_unknown_shapes():
 def test_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ProjectedLSTM(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", CONFIGS, ids=CONFIG_IDS)
+def test_unrolled_gradient_equals_autodiff_of_the_loop(kwargs):
+    """The hand-written gradient of the unrolled path equals autodiff through the loop path, for every input."""
+    rng = np.random.default_rng(5)
+    unrolled, loop = ProjectedLSTM(max_unroll=32, **kwargs), ProjectedLSTM(max_unroll=0, **kwargs)
+    for layer in (unrolled, loop):
+        layer.build((None, None, 3))
+    randomize(unrolled, rng)  # large enough weights that both clips are active
+    for a, b in zip(unrolled.weights, loop.weights):
+        b.assign(a)
+    h, units = unrolled.output_dim, unrolled.units
+    x, c0, m0 = (tf.constant(rng.normal(size=s).astype(np.float32)) for s in [(3, 7, 3), (3, units), (3, h)])
+    mask = np.arange(7)[None] < np.array([[7], [3], [0]])
+    # Weighted sums of every output, so each upstream gradient is non-trivial.
+    w_out, w_c, w_m = (rng.normal(size=s).astype(np.float32) for s in [(3, 7, h), (3, units), (3, h)])
+    results = []
+    for layer in (unrolled, loop):
+        with tf.GradientTape() as tape:
+            tape.watch([x, c0, m0])
+            outputs, (c, m) = layer(x, mask=mask, initial_state=(c0, m0))
+            loss = tf.reduce_sum(outputs * w_out) + tf.reduce_sum(c * w_c) + tf.reduce_sum(m * w_m)
+        results.append([loss] + tape.gradient(loss, [x, c0, m0] + layer.trainable_weights))
+    for got, expected in zip(*results):
+        assert np.abs(expected.numpy()).max() > 0
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=0, atol=2e-6)
+    if kwargs.get("proj_clip"):
+        assert np.abs(results[1][0].numpy()) > 0 and np.any(np.abs(loop(x)[0].numpy()) == kwargs["proj_clip"])
