@@ -47,13 +47,14 @@ def measure(name):
         trainer = training.Trainer(config, vocab, tc, save_dir, training.make_strategy())
         batches = iter(data.lm_windows(FLAGS.train_prefix, vocab, batch_size=trainer.global_batch,
                                        unroll_steps=tc.unroll_steps, max_chars=50, seed=0))
-        times = []
+        times, cpu_times = [], []
         for step in range(FLAGS.steps + 2):
             batch = next(batches)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             trainer.train_step(batch)
             if step >= 2:
                 times.append(time.perf_counter() - start)
+                cpu_times.append(time.process_time() - cpu_start)
     finally:
         shutil.rmtree(save_dir, ignore_errors=True)
     tokens = trainer.global_batch * tc.unroll_steps
@@ -66,8 +67,10 @@ def measure(name):
         "negatives": tc.n_negative_samples,
         "s/step (median)": seconds,
         "tokens/s (median)": tokens / seconds,
+        "tokens/CPU-s (median)": tokens / common.median(cpu_times),
         "peak RSS MB": common.peak_rss_mb(),
         "step_seconds": times,
+        "step_cpu_seconds": cpu_times,
     }
 
 
@@ -75,7 +78,7 @@ def main(argv):
     del argv
     rows = [measure(name) for name in FLAGS.presets]
     common.print_table(rows, ["preset", "replicas", "batch x unroll", "vocab", "negatives", "s/step (median)",
-                              "tokens/s (median)", "peak RSS MB"])
+                              "tokens/s (median)", "tokens/CPU-s (median)", "peak RSS MB"])
     print("saved", common.save("train_speed", {"rows": rows}))
 
 
