@@ -10,6 +10,6 @@ setuptools.setup(
     name="elmo_tf",
     version="0.1.0",
     description="ELMo for TensorFlow 2 / Keras 3",
-    packages=setuptools.find_packages(include=["elmo_tf", "elmo_tf.*"]),
+    packages=setuptools.find_namespace_packages(include=["elmo_tf", "elmo_tf.*"]),
     python_requires=">=3.10,<3.13",
 )
