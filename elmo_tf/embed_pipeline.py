@@ -432,7 +432,8 @@ def local_runner(pipeline_options) -> Optional[beam.runners.PipelineRunner]:
     """
     from apache_beam.options.pipeline_options import StandardOptions
 
-    if pipeline_options.view_as(StandardOptions).runner not in (None, "DirectRunner", "SwitchingDirectRunner"):
+    runner = pipeline_options.view_as(StandardOptions).runner
+    if runner is not None and runner.lower() not in ("direct", "directrunner", "switchingdirectrunner"):
         return None
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 

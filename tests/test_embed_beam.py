@@ -11,6 +11,7 @@ against `elmo_tf.embed`'s file.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -157,8 +158,6 @@ def test_bad_lines_go_to_the_dead_letter_output(runs, corpus, module_dir):
     letters = embed_records.dead_letters(str(prefix))
     assert [(Path(d["file"]).name, d["line"], d["reason"]) for d in letters] == [("c_bad.txt", *b) for b in BAD]
     raw = FILES["c_bad.txt"].split(b"\n")
-    import base64
-
     for d in letters:
         assert base64.b64decode(d["raw_base64"]) == raw[d["line"]] and d["bytes"] == len(raw[d["line"]])
     # The good lines of the same file are embedded (another chunk composition: float rounding only).
