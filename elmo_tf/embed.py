@@ -19,6 +19,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
+from elmo_tf.embed_flags import (  # noqa: E402
+    EXIT_BAD_INPUT,
+    define_output_flags,
+    mix_weights_from_flags,
+    usage_error,
+)
+
 # Required.
 flags.DEFINE_string("input_file", None, "UTF-8 text, one sentence per line (an empty line gives an empty dataset).")
 flags.DEFINE_string("output_file", None, "The HDF5 file to write (OUTPUT.partial until it is complete).")
@@ -26,13 +33,8 @@ flags.DEFINE_string("output_file", None, "The HDF5 file to write (OUTPUT.partial
 flags.DEFINE_string("module", None, "A module folder written by export.py (the folder holding saved_model.pb).")
 flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout), with --weight_file.")
 flags.DEFINE_string("weight_file", None, "The model's weights.hdf5 (original bilm-tf layout), with --options_file.")
-# What is written.
-flags.DEFINE_enum("layers", "all", ["all", "top", "average", "mix"],
-                  "all: [L+1, n, 2P] per line; top: last biLSTM layer; average: mean of the L+1 layers; "
-                  "mix: softmax(--mix_weights) weighted sum times --gamma. The others are [n, 2P].")
-flags.DEFINE_list("mix_weights", None, "With --layers=mix: L + 1 comma-separated un-normalised weights.")
-flags.DEFINE_float("gamma", 1.0, "With --layers=mix: the scale of the mixed layers.")
-flags.DEFINE_enum("dtype", "float32", ["float32", "float16"], "Type of the stored embeddings.")
+# What is written: --layers, --mix_weights, --gamma, --dtype.
+define_output_flags()
 flags.DEFINE_bool("tokenized", True, "Lines are whitespace-separated tokens. false: split them with the module's "
                   "in-graph tokenizer (the one chosen at export), or on whitespace with --options_file.")
 # How.
@@ -47,41 +49,25 @@ flags.DEFINE_integer("chunk_lines", 10_000, "Advanced: lines per resumable chunk
 flags.DEFINE_bool("progress", True, "Show a progress bar (sentences/s, tokens/s, ETA) on stderr.")
 FLAGS = flags.FLAGS
 
-# Bad input exits with this code (absl's own flag-parsing errors exit with 1).
-EXIT_BAD_INPUT = 2
-
-
-def _usage_error(message: str) -> app.UsageError:
-    return app.UsageError(message, exitcode=EXIT_BAD_INPUT)
-
 
 def main(argv):
     if len(argv) > 1:
-        raise _usage_error(f"Unexpected arguments: {argv[1:]}")
+        raise usage_error(f"Unexpected arguments: {argv[1:]}")
     for name in ("input_file", "output_file"):
         if not FLAGS[name].value:
-            raise _usage_error(f"--{name} is required.")
+            raise usage_error(f"--{name} is required.")
     original = FLAGS.options_file or FLAGS.weight_file
     if FLAGS.module and original:
-        raise _usage_error("Give either --module or --options_file/--weight_file, not both.")
+        raise usage_error("Give either --module or --options_file/--weight_file, not both.")
     if not FLAGS.module and not original:
-        raise _usage_error("A model is required: --module=DIR, or --options_file=F --weight_file=F.")
+        raise usage_error("A model is required: --module=DIR, or --options_file=F --weight_file=F.")
     if original and not (FLAGS.options_file and FLAGS.weight_file):
-        raise _usage_error("--options_file and --weight_file must be given together.")
-    if FLAGS.layers == "mix" and not FLAGS.mix_weights:
-        raise _usage_error("--layers=mix needs --mix_weights (L + 1 comma-separated numbers).")
-    if FLAGS.layers != "mix" and (FLAGS.mix_weights or FLAGS["gamma"].present):
-        raise _usage_error("--mix_weights and --gamma apply to --layers=mix only.")
-    mix_weights = None
-    if FLAGS.mix_weights:
-        try:
-            mix_weights = [float(w) for w in FLAGS.mix_weights]
-        except ValueError:
-            raise _usage_error(f"--mix_weights must be numbers; got {FLAGS.mix_weights}.") from None
+        raise usage_error("--options_file and --weight_file must be given together.")
+    mix_weights = mix_weights_from_flags()
     if FLAGS.batch_size < 1:
-        raise _usage_error(f"--batch_size must be >= 1; got {FLAGS.batch_size}.")
+        raise usage_error(f"--batch_size must be >= 1; got {FLAGS.batch_size}.")
     if FLAGS.chunk_lines < 1:
-        raise _usage_error(f"--chunk_lines must be >= 1; got {FLAGS.chunk_lines}.")
+        raise usage_error(f"--chunk_lines must be >= 1; got {FLAGS.chunk_lines}.")
 
     from elmo_tf.config import ConfigError
     from elmo_tf.embedder import EmbedError, Embedder, check_file_paths

@@ -324,6 +324,26 @@ class Embedder:
                 results[index] = array
         return results
 
+    def embed_batches(
+        self, texts: Sequence[str], *, use_module_tokenizer: bool = False
+    ) -> Iterator[list[tuple[int, np.ndarray]]]:
+        """Embeds texts one model call at a time, the way `embed_file` batches them, for callers that write as they go.
+
+        Args:
+          texts: a list of strings, split on whitespace like `str.split()` (or by the module's tokenizer).
+          use_module_tokenizer: as in `embed_texts`.
+        Returns:
+          an iterator over batches, each a list of `(index into texts, array)` (arrays as `embed_sentences`);
+          sentences come sorted by length (unless `sort_by_length` is off), not in input order. The same
+          texts always give the same batches.
+        """
+        texts = _check_texts(texts)
+        if not use_module_tokenizer:
+            return self._embed_token_lists([t.split() for t in texts])
+        if self._run_texts is None:
+            raise EmbedError("`use_module_tokenizer=True` needs an exported module; this Embedder has original files.")
+        return self._embed_raw_texts(texts)
+
     def embed_file(
         self,
         input_file: Union[str, os.PathLike],
@@ -415,10 +435,7 @@ class Embedder:
             while raw_lines := _read_lines(f, chunk_lines):
                 first = written
                 texts = _decode_lines(raw_lines, first, input_file)
-                if use_module_tokenizer:
-                    batches = self._embed_raw_texts(texts)
-                else:
-                    batches = self._embed_token_lists([t.split() for t in texts])
+                batches = self.embed_batches(texts, use_module_tokenizer=use_module_tokenizer)
                 with _open_for_chunk(partial) as out:
                     for batch in batches:
                         for index, array in batch:

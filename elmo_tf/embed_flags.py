@@ -1,0 +1,39 @@
+"""Flags shared by the embedding commands (`elmo_tf.embed`, `elmo_tf.embed_beam`): what each line gives."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from absl import app, flags
+
+# Bad input exits with this code (absl's own flag-parsing errors exit with 1).
+EXIT_BAD_INPUT = 2
+
+
+def usage_error(message: str) -> app.UsageError:
+    return app.UsageError(message, exitcode=EXIT_BAD_INPUT)
+
+
+def define_output_flags() -> None:
+    """--layers, --mix_weights, --gamma, --dtype."""
+    flags.DEFINE_enum("layers", "all", ["all", "top", "average", "mix"],
+                      "all: [L+1, n, 2P] per line; top: last biLSTM layer; average: mean of the L+1 layers; "
+                      "mix: softmax(--mix_weights) weighted sum times --gamma. The others are [n, 2P].")
+    flags.DEFINE_list("mix_weights", None, "With --layers=mix: L + 1 comma-separated un-normalised weights.")
+    flags.DEFINE_float("gamma", 1.0, "With --layers=mix: the scale of the mixed layers.")
+    flags.DEFINE_enum("dtype", "float32", ["float32", "float16"], "Type of the stored embeddings.")
+
+
+def mix_weights_from_flags() -> Optional[list[float]]:
+    """Checks --layers / --mix_weights / --gamma together; returns the mix weights (None unless --layers=mix)."""
+    FLAGS = flags.FLAGS
+    if FLAGS.layers == "mix" and not FLAGS.mix_weights:
+        raise usage_error("--layers=mix needs --mix_weights (L + 1 comma-separated numbers).")
+    if FLAGS.layers != "mix" and (FLAGS.mix_weights or FLAGS["gamma"].present):
+        raise usage_error("--mix_weights and --gamma apply to --layers=mix only.")
+    if not FLAGS.mix_weights:
+        return None
+    try:
+        return [float(w) for w in FLAGS.mix_weights]
+    except ValueError:
+        raise usage_error(f"--mix_weights must be numbers; got {FLAGS.mix_weights}.") from None
