@@ -39,6 +39,8 @@ flags.DEFINE_bool("tokenized", True, "Lines are whitespace-separated tokens. fal
                   "in-graph tokenizer (the one chosen at export), or on whitespace with --options_file.")
 # How.
 flags.DEFINE_integer("batch_size", 64, "Sentences per model call.")
+flags.DEFINE_integer("max_batch_tokens", 4096, "At most this many padded token slots (sentences x longest) per "
+                     "model call; bounds memory on long sentences.")
 flags.DEFINE_bool("sort_by_length", True, "Batch sentences of similar length together (less padding; the "
                   "file's order is kept in the output either way). false: batches follow the file's order.")
 flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "float16"],
@@ -66,6 +68,8 @@ def main(argv):
     mix_weights = mix_weights_from_flags()
     if FLAGS.batch_size < 1:
         raise usage_error(f"--batch_size must be >= 1; got {FLAGS.batch_size}.")
+    if FLAGS.max_batch_tokens < 1:
+        raise _usage_error(f"--max_batch_tokens must be >= 1; got {FLAGS.max_batch_tokens}.")
     if FLAGS.chunk_lines < 1:
         raise usage_error(f"--chunk_lines must be >= 1; got {FLAGS.chunk_lines}.")
 
@@ -83,6 +87,7 @@ def main(argv):
             mix_weights=mix_weights,
             gamma=FLAGS.gamma,
             sort_by_length=FLAGS.sort_by_length,
+            max_batch_tokens=FLAGS.max_batch_tokens,
             precision=FLAGS.precision,
         )
         result = embedder.embed_file(

@@ -118,7 +118,7 @@ class Embedder:
       path_or_options: an exported module folder (`export.py`; the folder holding `saved_model.pb`), or
         the model's `options.json` (then `weight_file` is required).
       weight_file: the model's `weights.hdf5`, with `options.json` only.
-      batch_size: sentences per model call.
+      batch_size: at most this many sentences per model call.
       layers: what each sentence gives:
         "all": `[L + 1, n, 2P]`, layer 0 the token embedding repeated for both directions (`[w, w]`),
           then the biLSTM layers (the original's `lm_embeddings`, AllenNLP's `--all`);
@@ -129,6 +129,8 @@ class Embedder:
       gamma: the scalar mix's scale; "mix" only.
       sort_by_length: batch sentences of similar length together (less padding, much faster on real text;
         the outputs are the same up to float rounding). False keeps the input order in the batches.
+      max_batch_tokens: at most this many padded token slots (sentences x longest length) per model call,
+        which bounds memory on long sentences (a longer sentence still goes alone).
       precision: with original files, the compute precision: "float32", or the opt-in "bfloat16" / "float16"
         (see `elmo_tf.bilm.PRECISIONS`). A module's precision is the one it was exported with.
 
@@ -153,9 +155,12 @@ class Embedder:
         gamma: float = 1.0,
         sort_by_length: bool = True,
         precision: str = "float32",
+        max_batch_tokens: int = 4096,
     ):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise EmbedError(f"`batch_size` must be an integer >= 1; received {batch_size!r}.")
+        if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
+            raise EmbedError(f"`max_batch_tokens` must be an integer >= 1; received {max_batch_tokens!r}.")
         if layers not in LAYER_MODES:
             raise EmbedError(f"`layers` must be one of {list(LAYER_MODES)}; received {layers!r}.")
         if layers == "mix" and mix_weights is None:
@@ -174,6 +179,7 @@ class Embedder:
         if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not math.isfinite(gamma):
             raise EmbedError(f"`gamma` must be a finite number; received {gamma!r}.")
         self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
         self.layers = layers
         self.mix_weights = mix_weights
         self.gamma = float(gamma)
@@ -471,23 +477,36 @@ class Embedder:
         for begin in range(0, num_empty, self.batch_size):
             rows = order[begin : min(begin + self.batch_size, num_empty)]
             yield [(int(i), np.zeros(empty_shape, np.float32)) for i in rows]
-        for begin in range(num_empty, len(order), self.batch_size):
-            rows = order[begin : begin + self.batch_size]
+        for rows in self._groups(order[num_empty:], lengths):
             width = int(lengths[rows].max())  # T
             tokens = [sentences[i] + [""] * (width - len(sentences[i])) for i in rows]  # [B, T]
             out = self._run_tokens(tf.constant(tokens, tf.string), tf.constant(lengths[rows], tf.int32)).numpy()
             yield [(int(i), _row(out, b, int(lengths[i]), self.layers)) for b, i in enumerate(rows)]
+
+    def _groups(self, order: np.ndarray, lengths: np.ndarray) -> Iterator[np.ndarray]:
+        """Consecutive runs of `order`: at most `batch_size` rows and `max_batch_tokens` padded slots each."""
+        begin = 0
+        while begin < len(order):
+            end, width = begin, 0
+            while end < len(order) and end - begin < self.batch_size:
+                width = max(width, int(lengths[order[end]]))
+                if end > begin and (end - begin + 1) * width > self.max_batch_tokens:
+                    break
+                end += 1
+            yield order[begin:end]
+            begin = end
 
     def _embed_raw_texts(self, texts: list[str]) -> Iterator[list[tuple[int, np.ndarray]]]:
         """Like `_embed_token_lists` through the module's `default` signature (its in-graph tokenizer).
 
         Token counts are known only after the call, so batches are formed by character length.
         """
+        # At most one token per whitespace-separated word or non-ASCII character (CJK tokenizers split those).
+        estimates = np.array([len(t.split()) + sum(ord(ch) > 127 for ch in t) for t in texts], dtype=np.int64)
         order = np.arange(len(texts))
         if self.sort_by_length:
-            order = np.argsort(np.array([len(t) for t in texts], dtype=np.int64), kind="stable")
-        for begin in range(0, len(order), self.batch_size):
-            rows = order[begin : begin + self.batch_size]
+            order = np.argsort(estimates, kind="stable")
+        for rows in self._groups(order, estimates):
             out, lengths = self._run_texts(tf.constant([texts[i] for i in rows], tf.string))
             out, lengths = out.numpy(), lengths.numpy()  # [B, ...], [B]
             yield [(int(i), _row(out, b, int(lengths[b]), self.layers)) for b, i in enumerate(rows)]

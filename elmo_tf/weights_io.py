@@ -60,7 +60,12 @@ def dataset_names(model: BiLM) -> list[str]:
 
 
 def load_weights(model: BiLM, path: str) -> None:
-    """Loads an original `weights.hdf5` into `model`; all datasets are checked before any is assigned."""
+    """Loads an original `weights.hdf5` into `model`; all datasets are checked before any is assigned.
+
+    Two passes over the file, one dataset in memory at a time: the first checks every dataset (present,
+    shape, readable, finite), the second assigns. Peak memory is the model plus its largest weight, not
+    the model plus a second copy of all its weights.
+    """
     if not os.path.isfile(path):
         raise WeightFileError(f"ELMo weight file {path!r} does not exist or is not a file.")
     try:
@@ -69,32 +74,37 @@ def load_weights(model: BiLM, path: str) -> None:
         raise WeightFileError(
             f"ELMo weight file {path!r} is not a readable HDF5 file ({e}). Is it truncated or of another format?"
         ) from None
-    values = []
     with f:
-        for entry in _entries(model):
-            expected = tuple(entry.to_file(np.zeros(entry.variable.shape, np.float32)).shape)
-            if entry.dataset not in f or not isinstance(f[entry.dataset], h5py.Dataset):
-                raise WeightFileError(
-                    f"ELMo weight file {path!r} has no dataset {entry.dataset!r} (expected shape {expected}). "
-                    "Do the options match the weights (filters, n_highway, n_layers, projection)?"
-                )
-            found = tuple(f[entry.dataset].shape)
-            if found != expected:
-                raise WeightFileError(
-                    f"ELMo weight file {path!r}: dataset {entry.dataset!r} has shape {found}; the options "
-                    f"require {expected}. Do the options match the weights?"
-                )
-            try:
-                data = f[entry.dataset][...]
-            except OSError as e:
-                raise WeightFileError(
-                    f"ELMo weight file {path!r}: dataset {entry.dataset!r} cannot be read ({e}); the file may be truncated."
-                ) from None
-            if not np.all(np.isfinite(data)):
-                raise WeightFileError(f"ELMo weight file {path!r}: dataset {entry.dataset!r} holds NaN or Inf values.")
-            values.append((entry, entry.from_file(data.astype(np.float32))))
-    for entry, value in values:
-        entry.variable.assign(value)
+        entries = list(_entries(model))
+        for entry in entries:
+            _read_checked(f, entry, path)
+        for entry in entries:
+            entry.variable.assign(entry.from_file(_read_checked(f, entry, path)))
+
+
+def _read_checked(f: h5py.File, entry: _Entry, path: str) -> np.ndarray:
+    """Dataset `entry.dataset` as float32 in the file's layout, after checking presence, shape and values."""
+    expected = tuple(entry.to_file(np.zeros(entry.variable.shape, np.float32)).shape)
+    if entry.dataset not in f or not isinstance(f[entry.dataset], h5py.Dataset):
+        raise WeightFileError(
+            f"ELMo weight file {path!r} has no dataset {entry.dataset!r} (expected shape {expected}). "
+            "Do the options match the weights (filters, n_highway, n_layers, projection)?"
+        )
+    found = tuple(f[entry.dataset].shape)
+    if found != expected:
+        raise WeightFileError(
+            f"ELMo weight file {path!r}: dataset {entry.dataset!r} has shape {found}; the options "
+            f"require {expected}. Do the options match the weights?"
+        )
+    try:
+        data = f[entry.dataset][...]
+    except OSError as e:
+        raise WeightFileError(
+            f"ELMo weight file {path!r}: dataset {entry.dataset!r} cannot be read ({e}); the file may be truncated."
+        ) from None
+    if not np.all(np.isfinite(data)):
+        raise WeightFileError(f"ELMo weight file {path!r}: dataset {entry.dataset!r} holds NaN or Inf values.")
+    return data.astype(np.float32, copy=False)
 
 
 def save_weights(model: BiLM, path: str) -> None:

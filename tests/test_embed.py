@@ -142,9 +142,19 @@ def test_batch_independent_and_deterministic(embedder, module_dir):
         big_batch.embed_sentences(SENTENCES + [target] + SENTENCES)[8],
         big_batch.embed_sentences([["x"] * 40, target, ["y"]])[1],  # padded to 40 tokens
         Embedder(module_dir, batch_size=2, sort_by_length=False).embed_sentences([["x"] * 40, target, []])[1],
+        Embedder(module_dir, max_batch_tokens=len(target)).embed_sentences([["x"] * 40, target, target[:3]])[1],
     ]
     for got in contexts:
         np.testing.assert_allclose(got, alone, rtol=0, atol=TOL)
+
+
+def test_batches_respect_max_batch_tokens(module_dir):
+    embedder = Embedder(module_dir, batch_size=4, max_batch_tokens=10)
+    lengths = np.array([3, 3, 3, 4, 12, 1, 1, 1, 1, 1])
+    groups = [list(g) for g in embedder._groups(np.argsort(lengths, kind="stable"), lengths)]
+    assert sorted(i for g in groups for i in g) == list(range(10))  # every row once
+    for g in groups:
+        assert len(g) <= 4 and (len(g) == 1 or len(g) * lengths[g].max() <= 10), groups
 
 
 def test_empty_sentences(embedder, original):

@@ -131,10 +131,12 @@ class ProjectedLSTM(keras.layers.Layer):
         """Any length, in a `tf.while_loop` (gradients by autodiff)."""
         w_input, w_recurrent = kernel[: self.input_dim], kernel[self.input_dim :]  # [D, 4H], [h, 4H]
         proj_clip = self._proj_clip(projection)
-        gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H], every step at once
+        # Every step's input product at once, time-major (transposing the narrow input, not the 4H-wide
+        # product, saves a copy of the largest tensor).
+        gates_x = tf.tensordot(tf.transpose(x, [1, 0, 2]), w_input, 1) + bias  # [S, B, 4H]
         # Read per step through a TensorArray: its gradient is written per step, whereas the gradient of
         # indexing a captured tensor would build a full [S, B, 4H] tensor at every step.
-        gates_x = tf.TensorArray(gates_x.dtype, size=steps).unstack(tf.transpose(gates_x, [1, 0, 2]))  # S x [B, 4H]
+        gates_x = tf.TensorArray(gates_x.dtype, size=steps).unstack(gates_x)  # S x [B, 4H]
         valid = tf.transpose(valid, [1, 0, 2])  # [S, B, 1]
 
         def loop_step(t, c, m, outputs):
