@@ -66,7 +66,7 @@ def main(argv):
     import tensorflow as tf
 
     from elmo_tf import ConfigError, ExportError, ExportOptions, WeightFileError, hub_export, load_original
-    from elmo_tf.training import restore_bilm
+    from elmo_tf.training import TrainingError, restore_bilm
 
     tf.get_logger().setLevel("WARNING")  # TF's own INFO lines about saving are noise here
     start = time.time()
@@ -91,7 +91,7 @@ def main(argv):
                 precision=FLAGS.precision,
             )
             path = hub_export.export_module(bilm, FLAGS.export_dir, export_options=export_options)
-    except (ConfigError, WeightFileError, ExportError, FileNotFoundError) as e:
+    except (ConfigError, WeightFileError, ExportError, TrainingError, OSError) as e:
         logging.error("%s", e)
         raise SystemExit(2) from None
     logging.info("Exported to %s in %.1f s.", path, time.time() - start)

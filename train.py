@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -78,56 +79,109 @@ def _check_flags() -> None:
         raise app.UsageError("--eval_every needs --heldout_prefix.")
 
 
+class InputError(Exception):
+    """Inputs or outputs that cannot be used as given (reported on one line, exit status 2)."""
+
+
+def _writable_folder_problem(path: str) -> Optional[str]:
+    """Why files cannot be created in folder `path` (made if missing), or None if they can."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing!r} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"the folder {existing!r} is not writable"
+    return None
+
+
+def _output_folder_problem() -> Optional[str]:
+    """Why training could not write its outputs (checked first, not after hours of training), or None."""
+    folders = {"save_dir": FLAGS.save_dir}
+    if FLAGS.vocab_file and not os.path.exists(FLAGS.vocab_file):  # to be built
+        folders["vocab_file"] = os.path.dirname(os.path.abspath(FLAGS.vocab_file))
+    if FLAGS.export_dir:
+        folders["export_dir"] = os.path.dirname(os.path.abspath(FLAGS.export_dir))
+    for flag, folder in folders.items():
+        problem = _writable_folder_problem(folder)
+        if problem:
+            return f"--{flag}={FLAGS[flag].value} cannot be written: {problem}."
+    return None
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     _check_flags()
+    problem = _output_folder_problem() if FLAGS.mode == "train" else None
+    if problem:  # before the slow imports: fail at once
+        logging.error("%s", problem)
+        raise SystemExit(2)
     import tensorflow as tf
 
-    from elmo_tf import ConfigError, export_module, presets, training
-    from elmo_tf.config import BiLMConfig
-    from elmo_tf.vocab import Vocabulary, VocabError
+    from elmo_tf import ConfigError, ExportError, WeightFileError
+    from elmo_tf.data import CorpusError
+    from elmo_tf.training import TrainingError
+    from elmo_tf.vocab import VocabError
 
     tf.get_logger().setLevel("WARNING")
-    if FLAGS.mode == "eval":
-        for name in ("train_config.json", "vocab.txt", "options.json"):
-            if not os.path.isfile(os.path.join(FLAGS.save_dir, name)):
-                raise app.UsageError(f"--save_dir={FLAGS.save_dir} is not a training directory: it has no {name}.")
-        trainer_config = json.load(open(os.path.join(FLAGS.save_dir, "train_config.json")))
-        vocab = Vocabulary.from_file(os.path.join(FLAGS.save_dir, "vocab.txt"))
-        config = BiLMConfig.from_json_file(os.path.join(FLAGS.save_dir, "options.json"))
-        trainer = training.Trainer(config, vocab, training.TrainConfig(**trainer_config), FLAGS.save_dir)
-        latest = tf.train.latest_checkpoint(os.path.join(FLAGS.save_dir, "checkpoints"))
-        if latest is None:
-            raise app.UsageError(f"No checkpoint in {FLAGS.save_dir}/checkpoints.")
-        tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax).restore(latest).expect_partial()
-        result = trainer.evaluate(FLAGS.heldout_prefix)
-        print(json.dumps(result))
-        return
-
     try:
-        if FLAGS.options_file:
-            config = BiLMConfig.from_json_file(FLAGS.options_file)
-        elif FLAGS.init_checkpoint and not FLAGS["preset"].present:
-            source = FLAGS.init_checkpoint
-            config = BiLMConfig.from_json_file(source.split(",")[0] if "," in source else os.path.join(source, "options.json"))
-        else:
-            config = presets.preset(FLAGS.preset)
-    except ConfigError as e:
-        raise app.UsageError(str(e)) from None
+        result = _evaluate() if FLAGS.mode == "eval" else _train()
+    except (InputError, ConfigError, VocabError, CorpusError, TrainingError, WeightFileError, ExportError, OSError) as e:
+        # Bad input or a full disk: one line that says what to do; the traceback only with --verbosity=1.
+        logging.error("%s", e)
+        logging.debug("Details:", exc_info=True)
+        raise SystemExit(2) from None
+    print(json.dumps(result))
+
+
+def _evaluate() -> dict:
+    from elmo_tf import training
+    from elmo_tf.config import BiLMConfig
+    from elmo_tf.vocab import Vocabulary
+
+    for name in ("train_config.json", "vocab.txt", "options.json"):
+        if not os.path.isfile(os.path.join(FLAGS.save_dir, name)):
+            raise InputError(f"--save_dir={FLAGS.save_dir} is not a training directory: it has no {name}.")
+    with open(os.path.join(FLAGS.save_dir, "train_config.json")) as f:
+        trainer_config = json.load(f)
+    vocab = Vocabulary.from_file(os.path.join(FLAGS.save_dir, "vocab.txt"))
+    config = BiLMConfig.from_json_file(os.path.join(FLAGS.save_dir, "options.json"))
+    trainer = training.Trainer(config, vocab, training.TrainConfig(**trainer_config), FLAGS.save_dir)
+    prefixes = training.checkpoint_prefixes(os.path.join(FLAGS.save_dir, "checkpoints"))
+    if not prefixes:
+        raise InputError(f"No checkpoint in {FLAGS.save_dir}/checkpoints.")
+    import tensorflow as tf
+
+    training.restore_checkpoint(tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax), prefixes[-1], partial=True)
+    return trainer.evaluate(FLAGS.heldout_prefix)
+
+
+def _train() -> dict:
+    from elmo_tf import export_module, hub_export, presets, training
+    from elmo_tf.config import BiLMConfig
+    from elmo_tf.vocab import Vocabulary
+
+    if FLAGS.export_dir:
+        hub_export._check_target(FLAGS.export_dir)  # e.g. a folder of other files: refused now, not after training
+
+    if FLAGS.options_file:
+        config = BiLMConfig.from_json_file(FLAGS.options_file)
+    elif FLAGS.init_checkpoint and not FLAGS["preset"].present:
+        source = FLAGS.init_checkpoint
+        config = BiLMConfig.from_json_file(source.split(",")[0] if "," in source else os.path.join(source, "options.json"))
+    else:
+        config = presets.preset(FLAGS.preset)
     recipe = config.training
     vocab_file = FLAGS.vocab_file or os.path.join(FLAGS.save_dir, "vocab.txt")
     os.makedirs(FLAGS.save_dir, exist_ok=True)
-    try:
-        if os.path.exists(vocab_file):
-            vocab = Vocabulary.from_file(vocab_file)
-        else:
-            max_size = FLAGS.vocab_size or recipe.get("n_tokens_vocab")
-            logging.info("Building the vocabulary from %s (max size %s) into %s", FLAGS.train_prefix, max_size, vocab_file)
-            vocab = Vocabulary.build(FLAGS.train_prefix, max_size=max_size, min_count=FLAGS.min_count)
-            vocab.to_file(vocab_file)
-    except VocabError as e:
-        raise app.UsageError(str(e)) from None
+    if os.path.exists(vocab_file):
+        vocab = Vocabulary.from_file(vocab_file)
+    else:
+        max_size = FLAGS.vocab_size or recipe.get("n_tokens_vocab")
+        logging.info("Building the vocabulary from %s (max size %s) into %s", FLAGS.train_prefix, max_size, vocab_file)
+        vocab = Vocabulary.build(FLAGS.train_prefix, max_size=max_size, min_count=FLAGS.min_count)
+        vocab.to_file(vocab_file)
 
     default_run = not any(FLAGS[name].present for name in ("max_steps", "n_epochs"))
     train_config = training.TrainConfig(
@@ -143,7 +197,10 @@ def main(argv):
         checkpoint_every=FLAGS.checkpoint_every,
         eval_every=FLAGS.eval_every,
     )
-    strategy = training.make_strategy(FLAGS.num_gpus)
+    try:
+        strategy = training.make_strategy(FLAGS.num_gpus)
+    except ValueError as e:
+        raise InputError(str(e)) from None
     logging.info("Training on %d replica(s): %s", strategy.num_replicas_in_sync, strategy.extended.worker_devices)
     trainer = training.Trainer(config, vocab, train_config, FLAGS.save_dir, strategy)
     summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None, init_from=FLAGS.init_checkpoint)
@@ -151,7 +208,7 @@ def main(argv):
     if FLAGS.export_dir and trainer._is_chief():
         path = export_module(trainer.inference_model(), FLAGS.export_dir)
         logging.info("Exported the trained model to %s", path)
-    print(json.dumps(summary))
+    return summary
 
 
 if __name__ == "__main__":

@@ -5,47 +5,39 @@
 Each client thread keeps one HTTP/1.1 connection open and sends 1-sentence `{"instances": [...]}` requests
 back to back; prints requests/s and p50/p99 latency per number of clients, and writes JSON.
 """
-import argparse, http.client, json, statistics, threading, time, os
+import argparse
+import json
+import os
+import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.serve_clients import Request, latency_ms, run_clients  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser()
 p.add_argument("--port", type=int, default=8501)
 p.add_argument("--clients", default="1,8")
 p.add_argument("--seconds", type=float, default=10.0)
-p.add_argument("--sentences", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "tiny", "sentences.txt"))
-p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "serve_load.json"))
+p.add_argument("--sentences", default=os.path.join(HERE, "..", "tests", "fixtures", "tiny", "sentences.txt"))
+p.add_argument("--out", default=os.path.join(HERE, "results", "serve_load.json"))
 a = p.parse_args()
 sentences = open(a.sentences, encoding="utf-8").read().splitlines()
 
-def run(n_clients):
-    stop_at = time.perf_counter() + a.seconds
-    lat, errors, tokens = [[] for _ in range(n_clients)], [0] * n_clients, [0] * n_clients
-    def client(i):
-        conn = http.client.HTTPConnection("127.0.0.1", a.port, timeout=60)
-        k = i
-        while time.perf_counter() < stop_at:
-            s = sentences[k % len(sentences)]; k += 1
-            body = json.dumps({"instances": [s]})
-            t = time.perf_counter()
-            conn.request("POST", "/v1/models/elmo:predict", body, {"Content-Type": "application/json"})
-            r = conn.getresponse(); data = r.read()
-            lat[i].append(time.perf_counter() - t)
-            if r.status != 200: errors[i] += 1
-            else: tokens[i] += len(s.split())
-        conn.close()
-    ts = [threading.Thread(target=client, args=(i,)) for i in range(n_clients)]
-    t0 = time.perf_counter()
-    for t in ts: t.start()
-    for t in ts: t.join()
-    wall = time.perf_counter() - t0
-    all_lat = sorted(x for l in lat for x in l)
-    q = statistics.quantiles(all_lat, n=100)
-    return {"clients": n_clients, "requests": len(all_lat), "errors": sum(errors), "seconds": round(wall, 2),
-            "requests_per_s": round(len(all_lat) / wall, 1), "tokens_per_s": round(sum(tokens) / wall, 1),
-            "p50_ms": round(1e3 * statistics.median(all_lat), 2), "p99_ms": round(1e3 * q[98], 2),
-            "mean_ms": round(1e3 * statistics.mean(all_lat), 2)}
 
-# warm-up
-run_secs, a.seconds = a.seconds, 1.0; run(2); a.seconds = run_secs
+def one_sentence(client: int, k: int) -> Request:
+    s = sentences[(client + k) % len(sentences)]
+    return Request("valid", json.dumps({"instances": [s]}).encode(), tokens=len(s.split()))
+
+
+def run(n_clients):
+    results, wall = run_clients(a.port, n_clients, a.seconds, one_sentence)
+    return {"clients": n_clients, "requests": len(results), "errors": sum(r.status != 200 for r in results),
+            "seconds": round(wall, 2), "requests_per_s": round(len(results) / wall, 1),
+            "tokens_per_s": round(sum(r.tokens for r in results) / wall, 1), **latency_ms(results)}
+
+
+run_clients(a.port, 2, 1.0, one_sentence)  # warm-up
 rows = [run(int(c)) for c in a.clients.split(",")]
 print(f"load average before/after: {os.getloadavg()}")
 print("clients | requests/s | tokens/s | p50 ms | p99 ms | mean ms | requests | errors")

@@ -47,6 +47,8 @@ def split_whitespace(text: tf.Tensor) -> tf.RaggedTensor:
       string RaggedTensor `[B, (n_b)]`; an empty or all-whitespace string gives zero tokens.
     """
     text = tf.convert_to_tensor(text, dtype=tf.string)
+    if text.shape.rank is not None and text.shape.rank != 1:
+        raise ValueError(f"`text` must be a vector [batch] of strings, one sentence each; got shape {text.shape}.")
     normalized = tf.strings.regex_replace(text, _WHITESPACE_RUN, " ")
     return tf.strings.split(normalized)  # sep=None: split on " " runs, drop empty pieces
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 
@@ -45,7 +46,9 @@ class ConfigError(ValueError):
 
 
 def _fail(field: str, value: Any, allowed: str) -> None:
-    raise ConfigError(f"Invalid ELMo option `{field}`: found {value!r}; expected {allowed}.")
+    where = f"ELMo option `{field}`" if field else "ELMo options"
+    text = repr(value)
+    raise ConfigError(f"Invalid {where}: found {text if len(text) <= 200 else text[:197] + '...'}; expected {allowed}.")
 
 
 def _is_int(value: Any) -> bool:
@@ -53,7 +56,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_keys(section: str, data: Mapping[str, Any], required: Sequence[str], optional: Sequence[str]):
@@ -175,7 +178,7 @@ class LSTMConfig:
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
             if value is not None and (not _is_number(value) or value <= 0):
-                _fail(f"lstm.{name}", value, "a positive number or null (no clipping)")
+                _fail(f"lstm.{name}", value, "a positive finite number or null (no clipping)")
         if not isinstance(self.use_skip_connections, bool):
             _fail("lstm.use_skip_connections", self.use_skip_connections, "true or false")
 
@@ -308,6 +311,8 @@ class BiLMConfig:
             options = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError(f"The ELMo options are not valid JSON: {e}.") from None
+        except RecursionError:
+            raise ConfigError("The ELMo options are not an options file: JSON nested too deeply.") from None
         return cls.from_dict(options)
 
     @classmethod

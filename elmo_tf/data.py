@@ -51,6 +51,30 @@ _CHUNK = 64
 _plain = tf.autograph.experimental.do_not_convert
 
 
+class CorpusError(ValueError):
+    """The corpus files cannot be used: none matches, none holds a sentence, or one is not UTF-8 text."""
+
+
+# The head of each corpus file is checked to be UTF-8 text, so that a binary file (a compressed corpus, a
+# wrong glob) is refused at start instead of being trained on as bytes.
+_HEAD_BYTES = 1 << 16
+
+
+def _check_text_head(path: str) -> None:
+    with tf.io.gfile.GFile(path, "rb") as f:
+        head = f.read(_HEAD_BYTES)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.reason == "unexpected end of data" and len(head) == _HEAD_BYTES:  # a character cut by the block end
+            return
+        line = head.count(b"\n", 0, e.start) + 1
+        raise CorpusError(
+            f"Corpus file {path!r} is not UTF-8 text: line {line} has the byte {head[e.start]:#04x}. Is it compressed "
+            "or binary? Give text files, one tokenized sentence per line."
+        ) from None
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -67,13 +91,15 @@ def _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars) -> lis
         raise ValueError(f"`file_pattern` must be a non-empty glob string; received {file_pattern!r}.")
     files = sorted(tf.io.gfile.glob(file_pattern))
     if not files:
-        raise ValueError(f"No corpus file matches the pattern {file_pattern!r}.")
+        raise CorpusError(f"No corpus file matches the pattern {file_pattern!r}.")
+    for path in files:
+        _check_text_head(path)
     # Read up to the first sentence: with an all-blank corpus, endless epochs would spin forever.
     for path in files:
         with tf.io.gfile.GFile(path, "rb") as f:
             if any(line.decode("utf-8", errors="replace").split() for line in f):
                 return files
-    raise ValueError(f"The files matching {file_pattern!r} hold no sentence: every line is blank.")
+    raise CorpusError(f"The files matching {file_pattern!r} hold no sentence: every line is blank.")
 
 
 def _chunk_pairs(lines: tf.Tensor) -> dict[str, tf.Tensor]:

@@ -40,6 +40,7 @@ from absl import logging
 from elmo_tf import char_ids
 from elmo_tf.bilm import PRECISIONS, with_precision
 from elmo_tf.config import BiLMConfig
+from elmo_tf.errors import is_disk_full, load_saved_model, write_error_message, write_file_safely
 from elmo_tf.layers.scalar_mix import ScalarMix
 
 LAYER_MODES = ("all", "top", "average", "mix")
@@ -229,7 +230,7 @@ class Embedder:
                 f"{path!r} is not an exported module (no saved_model.pb in it). Pass the folder written by "
                 "export.py (with --version, the numbered folder inside it), or an options.json with a weight file."
             )
-        module = tf.saved_model.load(path)
+        module = load_saved_model(path, EmbedError)
         missing = {"tokens", "default"} - set(module.signatures.keys())
         if missing:
             raise EmbedError(
@@ -401,22 +402,30 @@ class Embedder:
             "tokenizer": "module" if use_module_tokenizer else "whitespace",
         }
         partial = output_file + PARTIAL_SUFFIX
-        resumed = _open_partial(partial, settings, input_file)
-        if resumed:
-            logging.info("Resuming %s: lines 1-%d of %d were saved by an interrupted run.", partial, resumed, num_lines)
-        bar = _ProgressBar(num_lines, resumed) if progress else None
-        with _Interrupts() as interrupts:
-            written, tokens = self._write_chunks(
-                input_file, partial, resumed, num_lines, use_module_tokenizer, np.dtype(dtype), chunk_lines, bar,
-                on_batch, interrupts,
-            )
-            with _open_for_chunk(partial) as out:
-                if SENTENCE_TO_INDEX in out:  # left by a run killed while finishing
-                    del out[SENTENCE_TO_INDEX]
-                index = _sentence_to_index(input_file)
-                out.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())[0] = index
-                _check_complete(out, written, partial)
-            os.replace(partial, output_file)
+        try:
+            resumed = _open_partial(partial, settings, input_file)
+            if resumed:
+                logging.info("Resuming %s: lines 1-%d of %d were saved by an interrupted run.", partial, resumed, num_lines)
+            bar = _ProgressBar(num_lines, resumed) if progress else None
+            with _Interrupts() as interrupts:
+                written, tokens = self._write_chunks(
+                    input_file, partial, resumed, num_lines, use_module_tokenizer, np.dtype(dtype), chunk_lines, bar,
+                    on_batch, interrupts,
+                )
+                with _open_for_chunk(partial) as out:
+                    if SENTENCE_TO_INDEX in out:  # left by a run killed while finishing
+                        del out[SENTENCE_TO_INDEX]
+                    index = _sentence_to_index(input_file)
+                    out.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())[0] = index
+                    _check_complete(out, written, partial)
+                os.replace(partial, output_file)
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            raise EmbedError(
+                f"{write_error_message(e, repr(partial))}. The chunks saved so far are kept; rerun the same command to "
+                "resume after the last complete one."
+            ) from None
         if bar is not None:
             bar.close(written, tokens)
         return EmbedFileResult(
@@ -664,14 +673,15 @@ def _open_partial(partial: str, settings: dict, input_file: str) -> int:
     if os.path.exists(partial):
         _JournaledFile.roll_back(partial)  # a chunk the killed run left unfinished
     else:
-        # Written whole, then renamed: a partial file always exists complete with its settings.
-        tmp = partial + ".tmp"
-        with h5py.File(tmp, "w") as out:
+        # Written whole, then renamed: a partial file always exists complete with its settings. The HDF5 image is
+        # made in memory and written with plain file writes (HDF5's own driver can crash when a write fails).
+        image = io.BytesIO()
+        with h5py.File(image, "w") as out:
             out.attrs[SETTINGS_ATTR] = encoded
             out.attrs[COMPLETED_ATTR] = 0
             out.attrs[INPUT_HASH_ATTR] = hashlib.sha256().hexdigest()
             out.attrs["input_file"] = os.path.abspath(input_file)
-        os.replace(tmp, partial)
+        write_file_safely(partial, image.getbuffer())
         return 0
     try:
         with h5py.File(partial, "r") as out:

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
 from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
+from absl import logging
 
 from elmo_tf import char_ids
 from elmo_tf.bilm import PRECISIONS, BiLM, with_precision
+from elmo_tf.errors import write_error_message
 from elmo_tf.layers.scalar_mix import ScalarMix
 
 TRAINABLE_CHOICES = ("mix", "all", "none")
@@ -247,24 +250,69 @@ def _check_target(export_dir: str) -> None:
         raise ExportError(f"The parent folder of --export_dir {export_dir!r} is not writable: {parent!r}.")
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def recover_interrupted_export(export_dir: str) -> None:
+    """Cleans up after an export to `export_dir` whose process was killed (SIGKILL, power off) before it finished.
+
+    Its temporary folder is removed; if it was killed in the instant between moving the previous export aside
+    and moving the new one in, the previous export is put back. Folders of exports still running are left alone.
+    """
+    export_dir = os.path.abspath(export_dir)
+    parent, name = os.path.split(export_dir)
+    if not os.path.isdir(parent):
+        return
+    for entry in sorted(os.listdir(parent)):
+        match = re.fullmatch(rf"\.{re.escape(name)}\.(tmp|old)-([0-9]+)-.*", entry)
+        if not match or _process_alive(int(match[2])):
+            continue
+        path = os.path.join(parent, entry)
+        previous = os.path.join(path, "module")
+        if match[1] == "old" and os.path.isdir(previous) and not os.path.lexists(export_dir):
+            os.rename(previous, export_dir)
+            logging.warning("Put back the previous export at %s: the export replacing it was interrupted.", export_dir)
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _write_atomically(export_dir: str, write: Callable[[str, str], None]) -> str:
     """Calls `write(folder, scratch)` to fill a new folder beside `export_dir`, then moves it into place.
 
     An existing export at `export_dir` is replaced only once the new one is complete, and is kept if
-    anything fails; temporary folders are always removed.
+    anything fails; temporary folders are always removed (those of a killed export by the next export, see
+    `recover_interrupted_export`). A failed write (a full disk) raises ExportError.
     """
     export_dir = os.path.abspath(export_dir)
+    recover_interrupted_export(export_dir)
     _check_target(export_dir)
     parent = os.path.dirname(export_dir)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.tmp-", dir=parent)
     backup = None
+
+    def prefix(kind: str) -> str:  # the process id tells a later export whether this one is still running
+        return f".{os.path.basename(export_dir)}.{kind}-{os.getpid()}-"
+
+    try:
+        tmp = tempfile.mkdtemp(prefix=prefix("tmp"), dir=parent)
+    except OSError as e:
+        raise ExportError(f"{write_error_message(e, f'the export to {parent!r}')}.") from None
     try:
         folder = os.path.join(tmp, "export")
         scratch = os.path.join(tmp, "scratch")
         os.makedirs(scratch)
-        write(folder, scratch)
+        try:
+            write(folder, scratch)
+        except (OSError, tf.errors.OpError) as e:
+            kept = "the existing export there is unchanged" if os.path.lexists(export_dir) else "nothing was written"
+            raise ExportError(f"{write_error_message(e, f'the export to {export_dir!r}')}; {kept}.") from None
         if os.path.lexists(export_dir):
-            backup = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.old-", dir=parent)
+            backup = tempfile.mkdtemp(prefix=prefix("old"), dir=parent)
             os.rename(export_dir, os.path.join(backup, "module"))
         try:
             os.rename(folder, export_dir)

@@ -21,7 +21,9 @@ sentences are collected. Requests are padded to the batch's longest sentence and
 are cut back to its own length, so a response equals calling the model with that request alone
 (elmo_tf modules embed every sentence independently of its batch; TF's float32 kernels round slightly
 differently for different batch shapes, so values agree to about 1e-6, not bit for bit). A request of more than
-`max_batch_size` sentences is split into several model calls. The queue holds at most
+`max_batch_size` sentences is split into several model calls. A model call holds at most
+`max_batch_tokens` token positions (sentences x tokens of the longest): requests are merged only within it,
+and a request that alone exceeds it gets 413. The queue holds at most
 `max_enqueued_batches * max_batch_size` sentences; beyond that requests get 503.
 
 SIGTERM / SIGINT stop accepting connections, finish the requests in flight, and exit with status 0.
@@ -49,6 +51,8 @@ from typing import Any, Callable, Optional
 from absl import logging
 import numpy as np
 import tensorflow as tf
+
+from elmo_tf.errors import load_saved_model, tf_error_message
 
 DEFAULT_SIGNATURE = "serving_default"
 SEQUENCE_LEN = "sequence_len"
@@ -149,6 +153,21 @@ class Signature:
         batchable = batched and has_lengths and len(wide) <= 1 and all(inputs[n].shape.rank == 2 for n in wide)
         return cls(name, function, inputs, outputs, batchable, wide[0] if wide and batchable else None)
 
+    def row_tokens(self, inputs: dict[str, np.ndarray]) -> Optional[np.ndarray]:
+        """Token positions per row `[B]` that a model call spends on this request (None: not known).
+
+        The padded input's T for `tokens`; for a text input, an upper bound of the in-graph tokenizers' count.
+        """
+        if not self.batchable:
+            return None
+        if self.padded_input:
+            array = inputs[self.padded_input]
+            return np.full(array.shape[0], array.shape[1], np.int64)
+        texts = [name for name, spec in self.inputs.items() if spec.dtype == tf.string and spec.shape.rank == 1]
+        if len(texts) != 1:
+            return None
+        return np.array([_text_tokens(text) for text in inputs[texts[0]]], np.int64)
+
     def cut(self, outputs: dict[str, np.ndarray], columns: Optional[int]) -> dict[str, np.ndarray]:
         """One request's rows of a batch's outputs -> as if the request had been run alone."""
         if not self.batchable:
@@ -158,6 +177,20 @@ class Signature:
             key: value[:, :length] if value.ndim >= 2 and self.outputs[key].shape[1] is None else value
             for key, value in outputs.items()
         }
+
+
+# CJK ideographs (Han script and its punctuation-like marks), a superset of what `cjk_chars` splits off.
+_CJK_IDEOGRAPH = re.compile(
+    "[\u2e80-\u2fdf\u3005\u3007\u3021-\u3029\u3038-\u303b\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+    "\U00020000-\U0003134f]"
+)
+
+
+def _text_tokens(text: bytes) -> int:
+    """An upper bound of the tokens of a text: its whitespace-separated pieces (exactly what the `whitespace`
+    tokenizer finds) plus its CJK ideographs (each a token of its own with `cjk_chars`)."""
+    decoded = text.decode("utf-8", errors="replace")
+    return len(decoded.split()) + len(_CJK_IDEOGRAPH.findall(decoded))
 
 
 def _signature_def_json(saved_model_dir: str) -> dict[str, Any]:
@@ -182,15 +215,6 @@ def _signature_def_json(saved_model_dir: str) -> dict[str, Any]:
     return {"signature_def": signature_map}
 
 
-def _tf_error_message(error: tf.errors.OpError) -> str:
-    """TensorFlow's message without graph node names, op names and stack-trace headers."""
-    text = re.sub(r"\s*\[\[\{\{node [^}]*\}\}\]\]", "", error.message)
-    text = re.sub(r"\s*\[Op:[^\]]*\]", "", text)
-    noise = ("Graph execution error:", "Detected at node", "<stack traces unavailable>", "File ")
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(noise)]
-    return " ".join(lines) or type(error).__name__
-
-
 class ServedModel:
     """One loaded version of a SavedModel: its signatures, TF Serving metadata, and `run`.
 
@@ -204,7 +228,7 @@ class ServedModel:
             raise ValueError(f"`name` must be non-empty without '/' or ':'; received {name!r}.")
         self.name = name
         self.path, self.version = resolve_model_dir(model_dir)
-        loaded = tf.saved_model.load(self.path)
+        loaded = load_saved_model(self.path, ModelDirError)
         self._loaded = loaded  # keeps the variables alive
         self.signatures = {key: Signature.from_function(key, fn) for key, fn in loaded.signatures.items()}
         if not self.signatures:
@@ -220,9 +244,9 @@ class ServedModel:
         try:
             outputs = signature.function(**tensors)
         except tf.errors.InvalidArgumentError as e:
-            raise ServeError(400, f"Invalid argument: {_tf_error_message(e)}") from None
+            raise ServeError(400, f"Invalid argument: {tf_error_message(e)}") from None
         except tf.errors.ResourceExhaustedError as e:
-            raise ServeError(503, f"Out of memory: {_tf_error_message(e)}; send fewer sentences per request.") from None
+            raise ServeError(503, f"Out of memory: {tf_error_message(e)}; send fewer sentences per request.") from None
         return {key: value.numpy() for key, value in outputs.items()}
 
     def warm_up(self) -> None:
@@ -539,6 +563,7 @@ class _Task:
     inputs: dict[str, np.ndarray]
     rows: int
     columns: Optional[int]  # the request's T when the signature has a padded input
+    tokens: Optional[int]  # token positions of its longest row (None: not known)
     future: concurrent.futures.Future
     enqueued: float
 
@@ -556,6 +581,8 @@ class Batcher:
       timeout_s: how long a batch waits for more tasks.
       max_queued_rows: bound of the queue; `predict` fails with 503 beyond it (413 for a request that
         could never fit).
+      max_batch_tokens: most token positions (rows x the longest row's tokens, see `Signature.row_tokens`) in
+        one model call; a request over it fails with 413. None: no bound.
     """
 
     def __init__(
@@ -565,14 +592,16 @@ class Batcher:
         max_batch_size: int = 64,
         timeout_s: float = 0.005,
         max_queued_rows: int = 2048,
+        max_batch_tokens: Optional[int] = None,
     ):
-        if max_batch_size < 1 or max_queued_rows < 1 or timeout_s < 0:
+        if max_batch_size < 1 or max_queued_rows < 1 or timeout_s < 0 or (max_batch_tokens or 1) < 1:
             raise ValueError(
-                f"Need max_batch_size >= 1, max_queued_rows >= 1, timeout_s >= 0; received {max_batch_size}, "
-                f"{max_queued_rows}, {timeout_s}."
+                f"Need max_batch_size >= 1, max_queued_rows >= 1, timeout_s >= 0, max_batch_tokens >= 1; received "
+                f"{max_batch_size}, {max_queued_rows}, {timeout_s}, {max_batch_tokens}."
             )
         self._run_model = run
         self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
         self.timeout_s = timeout_s
         self.max_queued_rows = max_queued_rows
         self._cond = threading.Condition()
@@ -587,7 +616,15 @@ class Batcher:
 
     def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Runs one request (blocking) and returns its outputs, as if it had been the only one."""
-        tasks = self._split(signature, inputs)
+        row_tokens = signature.row_tokens(inputs) if self.max_batch_tokens else None
+        if row_tokens is not None and row_tokens.size and row_tokens.size * int(row_tokens.max()) > self.max_batch_tokens:
+            raise ServeError(
+                413,
+                f"The request has {row_tokens.size} sentences of up to {int(row_tokens.max())} tokens, "
+                f"{row_tokens.size * int(row_tokens.max())} token positions once padded; at most "
+                f"{self.max_batch_tokens} are allowed (--max_batch_tokens). Send fewer or shorter sentences per request.",
+            )
+        tasks = self._split(signature, inputs, row_tokens)
         rows = sum(task.rows for task in tasks)
         if rows > self.max_queued_rows:
             raise ServeError(
@@ -626,19 +663,24 @@ class Batcher:
             self._cond.notify_all()
         self._worker.join()
 
-    def _split(self, signature: Signature, inputs: dict[str, np.ndarray]) -> list[_Task]:
+    def _split(self, signature: Signature, inputs: dict[str, np.ndarray], row_tokens: Optional[np.ndarray]) -> list[_Task]:
         now = time.monotonic()
         first = next(iter(inputs.values()), None)
         rows = first.shape[0] if first is not None and first.ndim else 1
         columns = inputs[signature.padded_input].shape[1] if signature.padded_input else None
+
+        def longest(start: int, stop: int) -> Optional[int]:
+            return None if row_tokens is None else int(row_tokens[start:stop].max(initial=0))
+
         if not signature.batchable or rows <= self.max_batch_size:
-            return [_Task(signature, inputs, rows, columns, concurrent.futures.Future(), now)]
+            return [_Task(signature, inputs, rows, columns, longest(0, rows), concurrent.futures.Future(), now)]
         return [
             _Task(
                 signature,
                 {key: value[start : start + self.max_batch_size] for key, value in inputs.items()},
                 min(self.max_batch_size, rows - start),
                 columns,
+                longest(start, start + self.max_batch_size),
                 concurrent.futures.Future(),
                 now,
             )
@@ -653,16 +695,19 @@ class Batcher:
                 self._cond.wait()
             first = self._queue.popleft()
             self._queued_rows -= first.rows
-            batch, rows = [first], first.rows
+            batch, rows, tokens = [first], first.rows, first.tokens
             if not first.signature.batchable:
                 return batch
             deadline = first.enqueued + self.timeout_s
             while True:
                 kept = collections.deque()
                 for task in self._queue:
-                    if task.signature is first.signature and rows + task.rows <= self.max_batch_size:
+                    if task.signature is first.signature and rows + task.rows <= self.max_batch_size and (
+                        self._fits(rows + task.rows, tokens, task.tokens)
+                    ):
                         batch.append(task)
                         rows += task.rows
+                        tokens = max(tokens, task.tokens) if tokens is not None and task.tokens is not None else None
                         self._queued_rows -= task.rows
                     else:
                         kept.append(task)
@@ -671,6 +716,12 @@ class Batcher:
                 if rows >= self.max_batch_size or remaining <= 0 or self._no_wait:
                     return batch
                 self._cond.wait(remaining)
+
+    def _fits(self, rows: int, tokens: Optional[int], more_tokens: Optional[int]) -> bool:
+        """Whether a merged call of `rows` rows, padded to the longer of two widths, stays within max_batch_tokens."""
+        if not self.max_batch_tokens or tokens is None or more_tokens is None:
+            return True
+        return rows * max(tokens, more_tokens) <= self.max_batch_tokens
 
     def _work(self) -> None:
         while True:
@@ -732,15 +783,19 @@ class ServerOptions:
       batch_timeout_ms: how long a batch waits for more requests after its first one (0 = never waits).
       max_enqueued_batches: queue bound, in batches of `max_batch_size` sentences; beyond it requests get 503.
       max_request_bytes: largest accepted request body; larger ones get 413.
+      max_batch_tokens: most token positions (sentences x tokens of the longest) per model call; a request
+        over it gets 413. It bounds the time and memory of one call, which a single long sentence would
+        otherwise make as large as the body allows.
     """
 
     max_batch_size: int = 64
     batch_timeout_ms: float = 5.0
     max_enqueued_batches: int = 32
     max_request_bytes: int = 8 << 20
+    max_batch_tokens: int = 8192
 
     def __post_init__(self):
-        for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes"):
+        for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be an integer >= 1; received {value!r}.")
@@ -972,6 +1027,7 @@ class ModelServer(http.server.ThreadingHTTPServer):
             max_batch_size=options.max_batch_size,
             timeout_s=options.batch_timeout_ms / 1000.0,
             max_queued_rows=options.max_batch_size * options.max_enqueued_batches,
+            max_batch_tokens=options.max_batch_tokens,
         )
 
     @property
@@ -1039,6 +1095,8 @@ def _define_flags() -> None:
     flags.DEFINE_float("batch_timeout_ms", 5.0, "How long a batch waits for more requests after its first (0: none).")
     flags.DEFINE_integer("max_enqueued_batches", 32, "Queue bound in batches of max_batch_size sentences; then 503.")
     flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request body accepted; larger ones get 413.")
+    flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences x tokens of the longest) per "
+                         "model call; larger requests get 413.")
     flags.mark_flag_as_required("model_dir")
 
 
@@ -1058,6 +1116,7 @@ def main(argv: list[str]) -> None:
             batch_timeout_ms=FLAGS.batch_timeout_ms,
             max_enqueued_batches=FLAGS.max_enqueued_batches,
             max_request_bytes=FLAGS.max_request_bytes,
+            max_batch_tokens=FLAGS.max_batch_tokens,
         )
     except ValueError as e:
         raise app.UsageError(f"--{e}") from None

@@ -32,7 +32,8 @@ from absl import logging
 
 from elmo_tf import data
 from elmo_tf.bilm import BiLM
-from elmo_tf.config import BiLMConfig
+from elmo_tf.config import BiLMConfig, ConfigError
+from elmo_tf.errors import tf_error_message, write_error_message
 from elmo_tf.layers.bilstm import DIRECTIONS
 from elmo_tf.softmax import LMSoftmax, sample_log_uniform_unique
 from elmo_tf.vocab import Vocabulary
@@ -40,6 +41,41 @@ from elmo_tf.vocab import Vocabulary
 
 class TrainingError(RuntimeError):
     """Training cannot continue (e.g. a non-finite loss); the last good checkpoint is kept."""
+
+
+class CheckpointError(TrainingError):
+    """No checkpoint of a training directory can be read, or one cannot be written."""
+
+
+def checkpoint_prefixes(ckpt_dir: str) -> list[str]:
+    """The complete checkpoints `ckpt-N` of a folder, oldest first.
+
+    Found by listing the files, not from the `checkpoint` state file: a crash or an edit can leave that file
+    damaged or pointing at a checkpoint that is gone, and TF then silently reports "no checkpoint", so a
+    resumed run would start over. TF writes a checkpoint's `.index` last, so a listed checkpoint is complete.
+    """
+    steps = []
+    for path in tf.io.gfile.glob(os.path.join(ckpt_dir, "ckpt-*.index")):
+        step = os.path.basename(path)[len("ckpt-") : -len(".index")]
+        if step.isdigit():
+            steps.append(int(step))
+    return [os.path.join(ckpt_dir, f"ckpt-{step}") for step in sorted(steps)]
+
+
+def restore_checkpoint(checkpoint: tf.train.Checkpoint, prefix: str, partial: bool = False) -> None:
+    """Restores `prefix` into `checkpoint`; a damaged file or a mismatch raises CheckpointError naming it."""
+    try:
+        status = checkpoint.restore(prefix)
+        if partial:
+            status.expect_partial()
+        status.assert_existing_objects_matched()
+    except (tf.errors.OpError, ValueError, IndexError, AssertionError, OSError) as e:
+        raise CheckpointError(
+            f"Checkpoint {prefix!r} cannot be restored ({type(e).__name__}: {tf_error_message(e)[:500]}). If it is "
+            "damaged (cut short, or written to a full disk), move its files away to use the previous checkpoint; if "
+            "the model or the batch settings changed since it was written, use the original settings or a new "
+            "--save_dir."
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,11 +415,7 @@ class Trainer:
             ckpt_dir = os.path.join(self.save_dir, f".worker_tmp_{self.strategy.cluster_resolver.task_id}")
         manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=tc.keep_checkpoints)
         # Every worker resumes from the chief's checkpoints (a filesystem shared by the workers).
-        latest = tf.train.latest_checkpoint(os.path.join(self.save_dir, "checkpoints"))
-        if latest:
-            checkpoint.restore(latest).assert_existing_objects_matched()
-            logging.info("Resumed from %s at step %d.", latest, int(self.step.numpy()))
-        else:
+        if not self._resume(checkpoint, os.path.join(self.save_dir, "checkpoints")):
             if init_from:
                 self.warm_start(init_from)
             if chief:
@@ -428,7 +460,7 @@ class Trainer:
                 if on_step is not None:
                     on_step(step, metrics)
                 if step % tc.checkpoint_every == 0 or self._stop_requested:
-                    manager.save(checkpoint_number=step)
+                    self._save(manager, step, last_saved)
                     last_saved = step
                 if heldout_pattern and tc.eval_every and step % tc.eval_every == 0:
                     self._log_eval(heldout_pattern, step, writer)
@@ -437,7 +469,7 @@ class Trainer:
                     break
             step = int(self.step.numpy())
             if step != last_saved:
-                manager.save(checkpoint_number=step)
+                self._save(manager, step, last_saved)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -447,6 +479,44 @@ class Trainer:
         if not chief:
             tf.io.gfile.rmtree(ckpt_dir)
         return summary
+
+    def _resume(self, checkpoint: tf.train.Checkpoint, ckpt_dir: str) -> bool:
+        """Restores the newest readable checkpoint of `ckpt_dir`; False if there is none.
+
+        A damaged newest checkpoint (cut short, or written to a full disk) is skipped with a warning, so only the
+        steps since the previous one are redone. If no checkpoint can be restored, raises CheckpointError.
+        """
+        prefixes = checkpoint_prefixes(ckpt_dir)
+        first_error = None
+        for prefix in reversed(prefixes):
+            try:
+                restore_checkpoint(checkpoint, prefix)
+            except CheckpointError as e:
+                logging.warning("%s", e)
+                first_error = first_error or e
+                continue
+            if prefix != prefixes[-1]:
+                logging.warning("Resumed from the older checkpoint %s: the newer ones cannot be read.", prefix)
+            logging.info("Resumed from %s at step %d.", prefix, int(self.step.numpy()))
+            return True
+        if first_error is not None:
+            raise CheckpointError(
+                f"None of the {len(prefixes)} checkpoint(s) in {ckpt_dir!r} can be restored; the newest: {first_error}"
+            )
+        return False
+
+    def _save(self, manager: tf.train.CheckpointManager, step: int, last_saved: int) -> None:
+        try:
+            manager.save(checkpoint_number=step)
+        except (OSError, tf.errors.OpError) as e:
+            unfinished = os.path.join(manager.directory, f"ckpt-{step}_temp")  # never read, but it takes space
+            if tf.io.gfile.exists(unfinished):
+                tf.io.gfile.rmtree(unfinished)
+            resume = f"the last complete checkpoint (step {last_saved})" if last_saved else "the start (none was saved)"
+            raise CheckpointError(
+                f"{write_error_message(e, f'the checkpoint of step {step} to {manager.directory!r}')}. Training "
+                f"stopped; rerun the same command to resume from {resume}."
+            ) from None
 
     def warm_start(self, source: str) -> None:
         """Initialises the model (and the softmax rows of shared words) from an existing model.
@@ -466,7 +536,7 @@ class Trainer:
         source_bilm = restore_bilm(source)
         self._check_same_architecture(source_bilm.config, source)
         self.model.set_weights(source_bilm.get_weights())
-        latest = tf.train.latest_checkpoint(os.path.join(source, "checkpoints"))
+        latest = checkpoint_prefixes(os.path.join(source, "checkpoints"))[-1]
         old_vocab = Vocabulary.from_file(os.path.join(source, "vocab.txt"))
         old_w = tf.train.load_variable(latest, "softmax/softmax_weights/.ATTRIBUTES/VARIABLE_VALUE")
         old_b = tf.train.load_variable(latest, "softmax/softmax_bias/.ATTRIBUTES/VARIABLE_VALUE")
@@ -485,7 +555,7 @@ class Trainer:
         mine, theirs = self.bilm_config, other
         same_chars = dataclasses.replace(theirs.char_cnn, n_characters=mine.char_cnn.n_characters)  # 261 == 262
         if (mine.char_cnn, mine.lstm) != (same_chars, theirs.lstm):
-            raise ValueError(
+            raise ConfigError(
                 f"Cannot initialise from {source!r}: its architecture differs from this run's "
                 f"(char_cnn {theirs.char_cnn} / lstm {theirs.lstm} vs {mine.char_cnn} / {mine.lstm}). "
                 "Use its options file for this run."
@@ -513,10 +583,10 @@ def restore_bilm(save_dir: str) -> BiLM:
     options = os.path.join(save_dir, "options.json")
     if not os.path.isfile(options):
         raise FileNotFoundError(f"{save_dir!r} is not a training directory: it has no options.json.")
-    latest = tf.train.latest_checkpoint(os.path.join(save_dir, "checkpoints"))
-    if latest is None:
+    prefixes = checkpoint_prefixes(os.path.join(save_dir, "checkpoints"))
+    if not prefixes:
         raise FileNotFoundError(f"{save_dir!r} holds no checkpoint under checkpoints/.")
     model = BiLM(BiLMConfig.from_json_file(options), name="bilm")
     model.build()
-    tf.train.Checkpoint(model=model).restore(latest).expect_partial().assert_existing_objects_matched()
+    restore_checkpoint(tf.train.Checkpoint(model=model), prefixes[-1], partial=True)
     return model

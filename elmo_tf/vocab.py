@@ -191,6 +191,11 @@ class Vocabulary:
                     counts.update(line.split())
         for token in SPECIAL_TOKENS:
             counts.pop(token, None)
+        if not counts:
+            raise VocabError(
+                f"The corpus files matching {file_pattern!r} ({len(paths)} file(s)) hold no word: they are empty or "
+                "blank. Give text files, one tokenized sentence per line."
+            )
         return counts
 
     @classmethod

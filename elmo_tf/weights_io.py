@@ -6,6 +6,7 @@ change is the char-CNN kernel: the file stores `[1, w, e, n]` (conv2d), the laye
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Callable, Iterator, NamedTuple
 
@@ -13,6 +14,7 @@ import h5py
 import numpy as np
 
 from elmo_tf.bilm import BiLM
+from elmo_tf.errors import write_file_safely
 
 
 class WeightFileError(ValueError):
@@ -91,6 +93,11 @@ def _read_checked(f: h5py.File, entry: _Entry, path: str) -> np.ndarray:
             "Do the options match the weights (filters, n_highway, n_layers, projection)?"
         )
     found = tuple(f[entry.dataset].shape)
+    if f[entry.dataset].dtype.kind not in "fiu":
+        raise WeightFileError(
+            f"ELMo weight file {path!r}: dataset {entry.dataset!r} holds {f[entry.dataset].dtype} values; "
+            "expected numbers (float32)."
+        )
     if found != expected:
         raise WeightFileError(
             f"ELMo weight file {path!r}: dataset {entry.dataset!r} has shape {found}; the options "
@@ -108,16 +115,16 @@ def _read_checked(f: h5py.File, entry: _Entry, path: str) -> np.ndarray:
 
 
 def save_weights(model: BiLM, path: str) -> None:
-    """Writes `model` in the original layout (float32). Written to a temporary file, then moved into place."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with h5py.File(tmp, "w") as f:
-            for entry in _entries(model):
-                f.create_dataset(entry.dataset, data=entry.to_file(np.asarray(entry.variable.numpy(), np.float32)))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Writes `model` in the original layout (float32). Written to a temporary file, then moved into place.
+
+    The HDF5 image is built in memory and written with plain file writes: a full disk then raises an OSError
+    (HDF5's own file driver can crash the process when a write fails).
+    """
+    image = io.BytesIO()
+    with h5py.File(image, "w") as f:
+        for entry in _entries(model):
+            f.create_dataset(entry.dataset, data=entry.to_file(np.asarray(entry.variable.numpy(), np.float32)))
+    write_file_safely(path, image.getbuffer())
 
 
 def load_original(options_file: str, weight_file: str, **bilm_kwargs) -> BiLM:

@@ -174,9 +174,15 @@ def test_kill_9_and_resume_follows_the_uninterrupted_run(corpus, tmp_path):
     killed = run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10, 8], check=False)
     assert killed.returncode == -9
     assert tf.train.latest_checkpoint(str(resumed / "checkpoints")).endswith("-6")  # checkpoint_every=3
+    # Killed again while writing the checkpoint of step 9: its data is on disk but not in place, so it is
+    # not a checkpoint, and the next run resumes from step 6.
+    killed = run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10, "save:9"], check=False)
+    assert killed.returncode == -9
+    assert os.listdir(resumed / "checkpoints" / "ckpt-9_temp")
+    assert [os.path.basename(p) for p in training.checkpoint_prefixes(str(resumed / "checkpoints"))] == ["ckpt-3", "ckpt-6"]
     run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10])
     a, b = read_steps(straight / "steps-0.jsonl"), read_steps(resumed / "steps-0.jsonl")
-    assert sorted(b) == list(range(1, 11))  # steps 7, 8 ran twice: before the kill and after the resume
+    assert sorted(b) == list(range(1, 11))  # steps 7-9 ran more than once: before the kills and after the resume
     for step in range(1, 11):
         for key in ("loss_forward", "loss_backward", "grad_norm"):
             assert math.isclose(a[step][key], b[step][key], rel_tol=1e-5), (step, key, a[step], b[step])

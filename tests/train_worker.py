@@ -1,9 +1,10 @@
 """A training process for the fault-tolerance and multi-worker tests (run as a subprocess).
 
-    python -m tests.train_worker SAVE_DIR CORPUS_GLOB VOCAB MAX_STEPS [KILL_AT_STEP]
+    python -m tests.train_worker SAVE_DIR CORPUS_GLOB VOCAB MAX_STEPS [KILL_AT_STEP | save:STEP]
 
 Trains the tiny fixture model and appends one JSON line per step (step, losses) to SAVE_DIR/steps.jsonl.
-With KILL_AT_STEP it kills itself with SIGKILL right after that step (no chance to save anything).
+With KILL_AT_STEP it kills itself with SIGKILL right after that step (no chance to save anything); with
+save:STEP, in the middle of writing the checkpoint of that step (its data written, not yet in place).
 With TF_CONFIG naming several workers it runs under MultiWorkerMirroredStrategy.
 """
 
@@ -28,7 +29,24 @@ def tiny_train_config(max_steps: int, **overrides) -> training.TrainConfig:
     return training.TrainConfig(**settings)
 
 
-def main(save_dir: str, corpus: str, vocab_file: str, max_steps: int, kill_at: int = -1) -> None:
+def _kill_while_saving(step: int) -> None:
+    """SIGKILL once the checkpoint of `step` is written to its temporary folder, before TF merges it into place."""
+    from tensorflow.python.ops import gen_io_ops
+
+    merge = gen_io_ops.merge_v2_checkpoints
+
+    def merge_or_die(checkpoint_prefixes, destination_prefix, *args, **kwargs):
+        destination = getattr(destination_prefix, "numpy", lambda: destination_prefix)()
+        if (destination.decode() if isinstance(destination, bytes) else str(destination)).endswith(f"ckpt-{step}"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return merge(checkpoint_prefixes, destination_prefix, *args, **kwargs)
+
+    gen_io_ops.merge_v2_checkpoints = merge_or_die
+
+
+def main(save_dir: str, corpus: str, vocab_file: str, max_steps: int, kill_at: str = "") -> None:
+    if kill_at.startswith("save:"):
+        _kill_while_saving(int(kill_at[len("save:") :]))
     strategy = training.make_strategy()
     worker_id = strategy.cluster_resolver.task_id if getattr(strategy, "cluster_resolver", None) else 0
     batch = 4 // strategy.num_replicas_in_sync
@@ -45,7 +63,7 @@ def main(save_dir: str, corpus: str, vocab_file: str, max_steps: int, kill_at: i
     def on_step(step, metrics):
         log.write(json.dumps({"step": step, **metrics}) + "\n")
         log.flush()
-        if step == kill_at:
+        if str(step) == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
     summary = trainer.train(corpus, on_step=on_step)
@@ -54,4 +72,4 @@ def main(save_dir: str, corpus: str, vocab_file: str, max_steps: int, kill_at: i
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else -1)
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else "")

@@ -1,0 +1,99 @@
+"""Client threads for the serving benchmarks: each keeps one HTTP/1.1 connection open and sends requests back to back.
+
+    results = run_clients(port, clients=8, seconds=10, next_request=lambda client, k: Request(...))
+
+A request says what it expects (status, and optionally a check of the JSON body); every response is recorded
+with its latency. A connection the server closes (e.g. after refusing a body) is reopened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import statistics
+import threading
+import time
+from typing import Any, Callable, Optional
+
+PREDICT = "/v1/models/elmo:predict"
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    kind: str  # a label for the summary, e.g. "valid" or "bad-json"
+    body: Optional[bytes]
+    expected_status: int = 200
+    method: str = "POST"
+    path: str = PREDICT
+    tokens: int = 0  # tokens embedded when it succeeds (for tokens/s)
+    check: Optional[Callable[[Any], bool]] = None  # on the decoded JSON body
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    kind: str
+    status: int  # 0: no response (the connection failed)
+    seconds: float
+    as_expected: bool
+    tokens: int
+
+
+def run_clients(port: int, clients: int, seconds: float, next_request: Callable[[int, int], Request],
+                host: str = "127.0.0.1") -> tuple[list[Result], float]:
+    """`clients` threads for `seconds`; client i sends next_request(i, 0), next_request(i, 1), ...
+
+    Returns (every result, wall seconds).
+    """
+    stop_at = time.perf_counter() + seconds
+    per_client: list[list[Result]] = [[] for _ in range(clients)]
+
+    def client(i: int) -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=120)
+        k = 0
+        while time.perf_counter() < stop_at:
+            request = next_request(i, k)
+            k += 1
+            headers = {"Content-Type": "application/json"} if request.body is not None else {}
+            start = time.perf_counter()
+            try:
+                conn.request(request.method, request.path, request.body, headers)
+                response = conn.getresponse()
+                data = response.read()
+                status = response.status
+                if response.will_close:
+                    conn.close()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                per_client[i].append(Result(request.kind, 0, time.perf_counter() - start, False, 0))
+                continue
+            elapsed = time.perf_counter() - start
+            as_expected = status == request.expected_status
+            if as_expected and request.check is not None:
+                try:
+                    as_expected = bool(request.check(json.loads(data)))
+                except ValueError:
+                    as_expected = False
+            per_client[i].append(Result(request.kind, status, elapsed, as_expected, request.tokens if status == 200 else 0))
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for results in per_client for r in results], time.perf_counter() - start
+
+
+def latency_ms(results: list[Result]) -> dict[str, float]:
+    """p50, p99 and mean latency in ms."""
+    latencies = sorted(r.seconds for r in results)
+    if not latencies:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan"), "mean_ms": float("nan")}
+    p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
+    return {
+        "p50_ms": round(1e3 * statistics.median(latencies), 2),
+        "p99_ms": round(1e3 * p99, 2),
+        "mean_ms": round(1e3 * statistics.mean(latencies), 2),
+    }
