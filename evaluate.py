@@ -1,6 +1,6 @@
 """Shows what elmo_tf's embeddings buy: biLMs trained here, sentiment classifiers, ablations, pictures.
 
-    python evaluate.py                 # everything (about 45-55 min on 2 CPU cores; `bash evaluate.sh` sets up the venv)
+    python evaluate.py                 # everything (about 35-40 min on 2 CPU cores; `bash evaluate.sh` sets up the venv)
     python evaluate.py --lm_steps_en=20 --lm_steps_zh=20 --train_examples=64 --dev_examples=64 --seeds=0,1 \
         --head_epochs=3 --ft_epochs=1 --run_dir=/tmp/tiny --docs_dir=/tmp/tiny_docs   # a quick smoke run
 
@@ -220,9 +220,7 @@ class Pipeline:
         summary = report.summarize(classifier_dir, tasks, list(FLAGS.variants))
         lm = {lang: {k: v for k, v in states[f"lm_{lang}"].items() if k not in ("curve", "module")} for lang in LANGS}
         curves = {lang: json.load(open(states[f"lm_{lang}"]["curve"])) for lang in LANGS}
-        n_layers = len(next(iter(next(iter(summary.values())).values()))["mix_weights_mean"]) if summary else 3
-        for v in summary.values():
-            n_layers = len(v.get("c_mix", {}).get("mix_weights_mean", [0] * n_layers))
+        n_layers = next((len(rows["c_mix"]["mix_weights_mean"]) for rows in summary.values() if "c_mix" in rows), 3)
         results = {
             "setup": {
                 "preset": "small",
