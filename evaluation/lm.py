@@ -1,0 +1,162 @@
+"""Pipeline stages for the language models: corpora, biLM training with a perplexity curve, export, word2vec."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import time
+import zlib
+from typing import Optional
+
+import numpy as np
+
+
+def write_json(path: str, obj) -> None:
+    """Writes JSON atomically (a crash never leaves half a file)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
+def tokenize_file(src: str, dst: str, tokenizer: str, max_lines: Optional[int] = None, every: int = 1) -> int:
+    """Re-splits a corpus file with an in-graph tokenizer (as the exported module will); returns the line count."""
+    import tensorflow as tf
+
+    from elmo_tf import char_ids
+
+    with open(src, encoding="utf-8") as f:
+        lines = [l.strip() for i, l in enumerate(f) if i % every == 0 and l.strip()]
+    if max_lines:
+        lines = lines[:max_lines]
+    out = []
+    for i in range(0, len(lines), 4096):
+        tokens = char_ids.split_text(tf.constant(lines[i : i + 4096]), tokenizer)
+        out += [t.decode("utf-8") for t in tf.strings.reduce_join(tokens, axis=1, separator=" ").numpy()]
+    tmp = dst + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(l + "\n" for l in out if l))
+    os.replace(tmp, dst)
+    return len(out)
+
+
+def prepare_corpus(train_glob: str, heldout_glob: str, out_dir: str, tokenizer: str, heldout_sentences: int) -> dict:
+    """Training shards re-split with `tokenizer`, and a small held-out sample (every k-th line) for the curve."""
+    os.makedirs(os.path.join(out_dir, "train"), exist_ok=True)
+    train_files = sorted(glob.glob(train_glob))
+    heldout_files = sorted(glob.glob(heldout_glob))
+    if not train_files or not heldout_files:
+        raise FileNotFoundError(f"No files match {train_glob!r} or {heldout_glob!r}.")
+    n_train = sum(tokenize_file(p, os.path.join(out_dir, "train", os.path.basename(p)), tokenizer) for p in train_files)
+    total = sum(sum(1 for _ in open(p, encoding="utf-8")) for p in heldout_files)
+    every = max(1, total // heldout_sentences)
+    os.makedirs(os.path.join(out_dir, "heldout"), exist_ok=True)
+    n_heldout = sum(
+        tokenize_file(p, os.path.join(out_dir, "heldout", os.path.basename(p)), tokenizer, every=every) for p in heldout_files
+    )
+    return {
+        "train_glob": os.path.join(out_dir, "train", "*"),
+        "heldout_glob": os.path.join(out_dir, "heldout", "*"),
+        "train_lines": n_train,
+        "heldout_lines": n_heldout,
+        "tokenizer": tokenizer,
+    }
+
+
+def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eval_every: int, seed: int, preset: str = "small",
+             options_file: Optional[str] = None):
+    """Trains a biLM (resuming from save_dir), evaluating held-out perplexity every `eval_every` steps into curve.json.
+
+    Stops at `steps` or after `max_minutes` of training in this call (checkpoint kept), whichever comes first.
+    Returns (summary dict, the trained `BiLM` for export).
+    """
+    from elmo_tf import presets, training
+    from elmo_tf.config import BiLMConfig
+    from elmo_tf.vocab import Vocabulary
+
+    os.makedirs(save_dir, exist_ok=True)
+    config = BiLMConfig.from_json_file(options_file) if options_file else presets.preset(preset)
+    recipe = config.training
+    vocab_file = os.path.join(save_dir, "vocab.txt")
+    if os.path.exists(vocab_file):
+        vocab = Vocabulary.from_file(vocab_file)
+    else:
+        vocab = Vocabulary.build(corpus["train_glob"], max_size=recipe.get("n_tokens_vocab", 20000))
+        vocab.to_file(vocab_file)
+    train_config = training.TrainConfig(
+        batch_size=recipe.get("batch_size", 32),
+        unroll_steps=recipe.get("unroll_steps", 20),
+        n_negative_samples=min(recipe.get("n_negative_samples_batch", 2048), vocab.size),
+        dropout=recipe.get("dropout", 0.1),
+        clip_norm=float(recipe.get("all_clip_norm_val", 10.0)),
+        seed=seed,
+        max_steps=steps,
+        checkpoint_every=max(1, min(100, eval_every)),
+    )
+    trainer = training.Trainer(config, vocab, train_config, save_dir, training.make_strategy())
+    curve_path = os.path.join(save_dir, "curve.json")
+    curve = json.load(open(curve_path)) if os.path.exists(curve_path) else {"points": [], "train_loss": []}
+    start = time.time()
+    previous_minutes = curve["points"][-1]["minutes"] if curve["points"] else 0.0
+
+    def evaluate(step: int) -> None:
+        result = trainer.evaluate(corpus["heldout_glob"])
+        curve["points"] = [p for p in curve["points"] if p["step"] != step] + [
+            {"step": step, "minutes": previous_minutes + (time.time() - start) / 60, **result}
+        ]
+        write_json(curve_path, curve)
+        print(f"\n  step {step}: held-out perplexity {result['perplexity']:.1f}", flush=True)
+
+    if not curve["points"]:
+        evaluate(0)
+
+    def on_step(step: int, metrics: dict) -> None:
+        if step % 10 == 0:
+            curve["train_loss"].append([step, 0.5 * (metrics["loss_forward"] + metrics["loss_backward"])])
+        if step % eval_every == 0 or step == steps:
+            evaluate(step)
+        if (time.time() - start) / 60 > max_minutes and step < steps:
+            print(f"\n  time budget of {max_minutes} min reached at step {step}: stopping (checkpoint saved)", flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)  # the Trainer's own graceful stop: checkpoint, then return
+
+    summary = trainer.train(corpus["train_glob"], None, on_step=on_step)
+    step = int(summary["step"])
+    if curve["points"][-1]["step"] != step:
+        evaluate(step)
+    final = curve["points"][-1]
+    summary = {
+        "steps": step,
+        "target_steps": steps,
+        "minutes": round(final["minutes"], 2),
+        "heldout_perplexity": final["perplexity"],
+        "heldout_tokens": final["tokens"],
+        "vocab_size": vocab.size,
+        "tokens_seen": step * train_config.batch_size * train_config.unroll_steps,
+    }
+    return summary, trainer.inference_model()
+
+
+def _stable_hash(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def train_word2vec(corpus_glob: str, out_dir: str, *, dim: int, epochs: int, window: int, min_count: int, seed: int) -> dict:
+    """Skip-gram word2vec (gensim) on the same tokens as the biLM; saves vocab.txt + vectors.npy."""
+    from gensim.models import Word2Vec
+
+    sentences = []
+    for path in sorted(glob.glob(corpus_glob)):
+        with open(path, encoding="utf-8") as f:
+            sentences += [line.split() for line in f if line.strip()]
+    # One worker thread, a fixed seed and a hash that does not change with PYTHONHASHSEED: the same vectors every run.
+    model = Word2Vec(sentences, hashfxn=_stable_hash, vector_size=dim, window=window, min_count=min_count, sg=1, negative=5,
+                     epochs=epochs, workers=1, seed=seed)
+    os.makedirs(out_dir, exist_ok=True)
+    words = list(model.wv.index_to_key)
+    np.save(os.path.join(out_dir, "vectors.npy"), model.wv.vectors.astype(np.float32))
+    with open(os.path.join(out_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(w + "\n" for w in words))
+    return {"vocab_size": len(words), "dim": dim, "epochs": epochs, "sentences": len(sentences),
+            "tokens": sum(len(s) for s in sentences)}
