@@ -218,7 +218,7 @@ class ProjectedLSTM(keras.layers.Layer):
                     return tf.concat(tensors, axis=0)
 
                 d_z_all = flat(d_z)  # [S * B, 4H]
-                x_all = flat(tf.unstack(x, steps, axis=1))  # [S * B, D]
+                x_all = tf.reshape(tf.transpose(x, [1, 0, 2]), [-1, d])  # [S * B, D], the order of d_z_all
                 d_kernel = tf.concat(
                     [
                         tf.matmul(x_all, d_z_all, transpose_a=True),  # [D, 4H]
