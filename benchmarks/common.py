@@ -10,6 +10,9 @@ import statistics
 import time
 from typing import Any, Sequence
 
+# The CPU kernels the package and its commands select (elmo_tf/__init__.py), before TensorFlow loads.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see docs/PERFORMANCE.md
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -21,9 +24,16 @@ def machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "gpus": [d.name for d in tf.config.list_logical_devices("GPU")],
         "tensorflow": tf.__version__,
+        "onednn": _onednn_enabled(),
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def _onednn_enabled() -> bool:
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def peak_rss_mb() -> float:

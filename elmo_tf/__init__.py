@@ -1,14 +1,21 @@
 """elmo_tf: ELMo (Peters et al. 2018) for TensorFlow 2 / Keras 3: layers, weights IO and TF-Hub export."""
 
-from elmo_tf.bilm import BiLM
-from elmo_tf.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
-from elmo_tf.hub_export import ElmoModule, ExportError, ExportOptions, export_module, export_original
-from elmo_tf.layers.bilstm import BiLSTM
-from elmo_tf.layers.char_cnn import CharCNN
-from elmo_tf.layers.highway import Highway
-from elmo_tf.layers.projected_lstm import ProjectedLSTM
-from elmo_tf.layers.scalar_mix import ScalarMix
-from elmo_tf.weights_io import WeightFileError, load_original, load_weights, save_weights
+import os as _os
+
+# oneDNN's CPU kernels run the large float32 matmuls of this model about twice as fast as TensorFlow's default
+# (Eigen) kernels on CPUs where TensorFlow leaves them off (measured in docs/PERFORMANCE.md). Only a default:
+# TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen, and nothing changes if TensorFlow was imported before this package.
+_os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+from elmo_tf.bilm import BiLM  # noqa: E402
+from elmo_tf.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig  # noqa: E402
+from elmo_tf.hub_export import ElmoModule, ExportError, ExportOptions, export_module, export_original  # noqa: E402
+from elmo_tf.layers.bilstm import BiLSTM  # noqa: E402
+from elmo_tf.layers.char_cnn import CharCNN  # noqa: E402
+from elmo_tf.layers.highway import Highway  # noqa: E402
+from elmo_tf.layers.projected_lstm import ProjectedLSTM  # noqa: E402
+from elmo_tf.layers.scalar_mix import ScalarMix  # noqa: E402
+from elmo_tf.weights_io import WeightFileError, load_original, load_weights, save_weights  # noqa: E402
 
 __all__ = [
     "BiLM",

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -124,3 +128,15 @@ def test_tf_train_checkpoint_tracks_every_weight(fixture, models, tmp_path):
     tf.train.Checkpoint(model=fresh).restore(path).assert_consumed()
     for a, b in zip(model.weights, fresh.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+
+
+@pytest.mark.parametrize("setting, expected", [(None, "True"), ("0", "False"), ("1", "True")])
+def test_importing_the_package_first_selects_onednn_unless_told_otherwise(setting, expected):
+    """The package's CPU default (elmo_tf/__init__.py) applies before TensorFlow loads; a user's value wins."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if setting is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = setting
+    code = "import elmo_tf\nfrom tensorflow.python.util import _pywrap_util_port as p\nprint(p.IsMklEnabled())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == expected

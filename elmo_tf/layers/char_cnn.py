@@ -90,13 +90,16 @@ class CharCNN(keras.layers.Layer):
         lead = tf.shape(char_ids)[:-1]
         ids = tf.reshape(char_ids, [-1, self.max_characters_per_token])  # [N, C]
         table = tf.concat([tf.zeros([1, self.embedding_dim], self.compute_dtype), self.char_embed], 0)
-        x = tf.gather(table, ids)  # [N, C, e]
+        # One all-padding row is appended and dropped again at the end: oneDNN's conv1d returns a
+        # wrongly shaped result for an empty batch (N = 0), and the extra row costs 1/N of the work.
+        ids = tf.concat([ids, tf.zeros([1, self.max_characters_per_token], ids.dtype)], 0)
+        x = tf.gather(table, ids)  # [N + 1, C, e]
         act = _ACTIVATIONS[self.activation]
         features = []
         for kernel, bias in zip(self.kernels, self.biases):
             conv = tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias  # [N, C - w + 1, n]
             features.append(act(tf.reduce_max(conv, axis=1)))  # [N, n]
-        out = tf.concat(features, axis=-1)  # [N, F]
+        out = tf.concat(features, axis=-1)[:-1]  # [N, F]
         return tf.reshape(out, tf.concat([lead, [self.output_dim]], 0))  # [..., F]
 
     def compute_output_shape(self, input_shape):
