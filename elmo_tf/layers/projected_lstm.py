@@ -28,6 +28,9 @@ class ProjectedLSTM(keras.layers.Layer):
       proj_clip: clip value for the projected m_t, or None (used only with a projection).
       max_unroll: inputs whose length is static and at most this are computed as straight-line code (the
         fixed-length training windows); others in a `tf.while_loop`. Same results either way.
+      chunk_rows: in the loop, the input product is computed for about this many (step, row) pairs at a
+        time (whole steps, at least one), which bounds the memory of long or wide batches to
+        `chunk_rows x 4H` per layer instead of `S x B x 4H`. Same results for any value.
 
     Call arguments:
       inputs: float `[B, S, D]`, time-major within each row from position 0.
@@ -46,6 +49,7 @@ class ProjectedLSTM(keras.layers.Layer):
         cell_clip: Optional[float] = None,
         proj_clip: Optional[float] = None,
         max_unroll: int = 32,
+        chunk_rows: int = 1024,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -58,7 +62,10 @@ class ProjectedLSTM(keras.layers.Layer):
         for name, value in (("cell_clip", cell_clip), ("proj_clip", proj_clip)):
             if value is not None and not value > 0:
                 raise ValueError(f"`{name}` must be None or > 0; received {value!r}.")
+        if not isinstance(chunk_rows, int) or chunk_rows < 1:
+            raise ValueError(f"`chunk_rows` must be an integer >= 1; received {chunk_rows!r}.")
         self.units = units
+        self.chunk_rows = chunk_rows
         self.projection_dim = projection_dim
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
@@ -128,30 +135,50 @@ class ProjectedLSTM(keras.layers.Layer):
         return self.proj_clip if projection is not None else None
 
     def _loop(self, steps, valid, x, c, m, kernel, bias, projection=None):
-        """Any length, in a `tf.while_loop` (gradients by autodiff)."""
+        """Any length, in `tf.while_loop`s (gradients by autodiff).
+
+        The steps are cut into equal chunks of K steps with K x B close to `chunk_rows`; per chunk, the
+        input product of all its steps is one matmul, then only the recurrent product runs per step.
+        """
         w_input, w_recurrent = kernel[: self.input_dim], kernel[self.input_dim :]  # [D, 4H], [h, 4H]
         proj_clip = self._proj_clip(projection)
-        # Every step's input product at once, time-major (transposing the narrow input, not the 4H-wide
-        # product, saves a copy of the largest tensor).
-        gates_x = tf.tensordot(tf.transpose(x, [1, 0, 2]), w_input, 1) + bias  # [S, B, 4H]
-        # Read per step through a TensorArray: its gradient is written per step, whereas the gradient of
-        # indexing a captured tensor would build a full [S, B, 4H] tensor at every step.
-        gates_x = tf.TensorArray(gates_x.dtype, size=steps).unstack(gates_x)  # S x [B, 4H]
+        batch = tf.shape(x)[0]
+        n_chunks = tf.clip_by_value(-(-(steps * batch) // self.chunk_rows), 1, tf.maximum(steps, 1))
+        chunk = -(-steps // n_chunks)  # K: the last chunk is padded by fewer than n_chunks steps in all
+        # Time-major (transposing the narrow input, not the 4H-wide product, saves a copy of the largest tensor).
+        x_tm = tf.pad(tf.transpose(x, [1, 0, 2]), [[0, n_chunks * chunk - steps], [0, 0], [0, 0]])  # [S', B, D]
+        x_chunks = tf.TensorArray(x.dtype, size=n_chunks).unstack(
+            tf.reshape(x_tm, [n_chunks, chunk, batch, self.input_dim]))  # n_chunks x [K, B, D]
         valid = tf.transpose(valid, [1, 0, 2])  # [S, B, 1]
 
-        def loop_step(t, c, m, outputs):
-            _, c_pre, _, m_pre = self._step(gates_x.read(t), c, m, w_recurrent, projection)
-            c_new, m_new = self._clip(c_pre, self.cell_clip), self._clip(m_pre, proj_clip)
-            keep = valid[t]  # [B, 1]
-            outputs = outputs.write(t, tf.where(keep, m_new, tf.zeros_like(m_new)))
-            return t + 1, tf.where(keep, c_new, c), tf.where(keep, m_new, m), outputs
+        def chunk_step(k, c, m, outputs):
+            start = k * chunk
+            # Read per step through a TensorArray: its gradient is written per step, whereas the gradient
+            # of indexing a captured tensor would build a full [K, B, 4H] tensor at every step.
+            gates_x = tf.TensorArray(x.dtype, size=chunk).unstack(tf.tensordot(x_chunks.read(k), w_input, 1) + bias)
+
+            def loop_step(i, c, m, outputs):
+                t = start + i
+                _, c_pre, _, m_pre = self._step(gates_x.read(i), c, m, w_recurrent, projection)
+                c_new, m_new = self._clip(c_pre, self.cell_clip), self._clip(m_pre, proj_clip)
+                keep = valid[t]  # [B, 1]
+                outputs = outputs.write(t, tf.where(keep, m_new, tf.zeros_like(m_new)))
+                return i + 1, tf.where(keep, c_new, c), tf.where(keep, m_new, m), outputs
+
+            _, c, m, outputs = tf.while_loop(
+                lambda i, *_: i < tf.minimum(chunk, steps - start),
+                loop_step,
+                (tf.constant(0), c, m, outputs),
+                maximum_iterations=chunk,
+            )
+            return k + 1, c, m, outputs
 
         outputs = tf.TensorArray(self.compute_dtype, size=steps, element_shape=tf.TensorShape([None, self.output_dim]))
         _, c, m, outputs = tf.while_loop(
-            lambda t, *_: t < steps,
-            loop_step,
+            lambda k, *_: k < n_chunks,
+            chunk_step,
             (tf.constant(0), c, m, outputs),
-            maximum_iterations=steps,
+            maximum_iterations=n_chunks,
         )
         outputs = tf.transpose(outputs.stack(), [1, 0, 2])  # [B, S, h]
         outputs.set_shape(x.shape[:2].concatenate([self.output_dim]))  # keep static B and S for Keras
@@ -253,6 +280,7 @@ class ProjectedLSTM(keras.layers.Layer):
             cell_clip=self.cell_clip,
             proj_clip=self.proj_clip,
             max_unroll=self.max_unroll,
+            chunk_rows=self.chunk_rows,
         )
         return config
 
