@@ -9,6 +9,7 @@ Variants (the paper's ablations at small scale):
   b_top             ELMo module frozen, top LSTM layer only
   c_mix             ELMo module frozen, learned scalar mix of all layers (ELMo)
   d_finetune_plain  c_mix's classifier, then biLM + head fine-tuned: one constant rate for everything
+                    (each (d) variant's rate is chosen from the budget's list on held-out training examples)
   d_finetune_ulmfit c_mix's classifier, then fine-tuned with ULMFiT (discriminative rates, slanted
                     triangular schedule, gradual unfreezing)
   e_word2vec        static word2vec vectors trained on the same LM corpus (gensim)
@@ -24,6 +25,7 @@ import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see docs/PERFORMANCE.md
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -142,35 +144,85 @@ def run(spec: dict) -> None:
             weights = fixed_weights(kind, n_layers) if kind else None
             train_frozen(variant, seed, frozen_classifier(variant, seed, mix, weights), "elmo")
 
-    tuned = None  # one fine-tunable classifier, restored to its starting weights for every run (traced once)
-    for seed in spec["seeds"]:
-        for variant in spec["variants"]:
-            if variant not in FINETUNE or done(variant, seed):
+    # Fine-tuned variants: one fine-tunable classifier, restored to its starting weights for every run (traced once).
+    tuned = {}
+
+    def tunable(cfg):
+        if not tuned:
+            clf = C.Classifier(cfg, folder(cfg["variant"], cfg["seed"]), trainable_encoder=True)
+            tuned.update(clf=clf, pretrained=[v.numpy() for v in clf.encoder.weights], prep=clf.prepare(x_train)[0])
+        clf = tuned["clf"]
+        clf.config = cfg
+        for v, value in zip(clf.encoder.weights, tuned["pretrained"]):
+            v.assign(value)
+        return clf
+
+    def finetune_config(variant, rate, steps):
+        if variant == "d_finetune_plain":
+            return FineTuneConfig.plain(rate, steps, clip_norm=1.0)
+        groups = C.module_info(spec["module"])["n_lstm_layers"] + 2  # token layer, LSTM layers, head
+        return FineTuneConfig.ulmfit(rate, steps, unfreeze_every=max(1, steps // groups), clip_norm=1.0)
+
+    def steps_for(n):
+        return b["ft_epochs"] * -(-n // b["batch_size"])
+
+    def select_rate(variant):
+        """The fine-tuning rate of `variant`, chosen on a fifth of the training examples (never the dev set).
+
+        The c_mix head is trained on the other four fifths (seed 0), then biLM + head are fine-tuned from it with
+        each rate and scored on the held-out fifth; ties go to the rate listed first. Saved, so a re-run reuses it.
+        """
+        rates = b["ft_learning_rates"]
+        path = os.path.join(out_dir, f"rate_selection_{variant}.json")
+        if os.path.isfile(path):
+            with open(path) as f:
+                saved = json.load(f)
+            if saved["rates"] == rates:
+                return saved
+        order = np.random.RandomState(0).permutation(len(x_train))
+        held, fit = np.sort(order[: max(1, len(order) // 5)]), np.sort(order[max(1, len(order) // 5):])
+        f_train, _ = cached_features("elmo")
+        C.keras().utils.set_random_seed(0)
+        probe = frozen_classifier("rate_selection", 0, "learned")
+        probe.train_head(f_train[fit], y_train[fit], epochs=b["head_epochs"], batch_size=b["batch_size"],
+                         learning_rate=b["head_learning_rate"], seed=0)
+        head_weights = probe.head.get_weights()
+        accuracy = {}
+        for rate in rates:
+            C.keras().utils.set_random_seed(0)
+            clf = tunable(dict(config(variant, 0, "learned"), encoder_trained=True))
+            clf.head.set_weights(head_weights)
+            log(f"{task} {variant}: trying rate {rate:g} ({len(fit)} examples, scored on {len(held)} held out)")
+            clf.fine_tune([tuned["prep"][i] for i in fit], y_train[fit], finetune_config(variant, rate, steps_for(len(fit))),
+                          epochs=b["ft_epochs"], batch_size=b["batch_size"], seed=0)
+            accuracy[f"{rate:g}"] = clf.accuracy([x_train[i] for i in held], y_train[held], b["batch_size"] * 2)["accuracy"]
+        chosen = max(rates, key=lambda r: (accuracy[f"{r:g}"], -rates.index(r)))
+        saved = {"rates": rates, "held_out_accuracy": accuracy, "chosen": chosen, "fit_examples": len(fit), "held_out_examples": len(held)}
+        log(f"{task} {variant}: rate {chosen:g} chosen (held-out accuracy per rate {accuracy})")
+        with open(path + ".tmp", "w") as f:
+            json.dump(saved, f, indent=1)
+        os.replace(path + ".tmp", path)
+        return saved
+
+    for variant in spec["variants"]:
+        if variant not in FINETUNE or all(done(variant, seed) for seed in spec["seeds"]):
+            continue
+        selection = select_rate(variant) if len(b["ft_learning_rates"]) > 1 else {"chosen": b["ft_learning_rates"][0]}
+        for seed in spec["seeds"]:
+            if done(variant, seed):
                 continue
             if not done("c_mix", seed):
                 raise RuntimeError(f"{variant} starts from c_mix of seed {seed}; add c_mix to the variants.")
             started = time.time()
             C.keras().utils.set_random_seed(seed)
-            cfg = dict(config(variant, seed, "learned"), encoder_trained=True)
-            if tuned is None:
-                tuned = C.Classifier(cfg, folder(variant, seed), trainable_encoder=True)
-                pretrained = [v.numpy() for v in tuned.encoder.weights]
-                train_prep, _ = tuned.prepare(x_train)
-            tuned.config = cfg
-            for v, value in zip(tuned.encoder.weights, pretrained):
-                v.assign(value)
-            tf.train.Checkpoint(head=tuned.head).read(os.path.join(folder("c_mix", seed), C.CHECKPOINT_NAME)).expect_partial()
-            steps = b["ft_epochs"] * -(-len(x_train) // b["batch_size"])
-            if variant == "d_finetune_plain":
-                ft = FineTuneConfig.plain(b["ft_learning_rate"], steps, clip_norm=1.0)
-            else:
-                groups = C.module_info(spec["module"])["n_lstm_layers"] + 2  # token layer, LSTM layers, head
-                ft = FineTuneConfig.ulmfit(b["ft_learning_rate"], steps, unfreeze_every=max(1, steps // groups), clip_norm=1.0)
-            log(f"{task} {variant} seed {seed}: fine-tuning {steps} steps")
-            losses = tuned.fine_tune(train_prep, y_train, ft, epochs=b["ft_epochs"], batch_size=b["batch_size"], seed=seed)
-            dev = tuned.accuracy(x_dev, y_dev, b["batch_size"] * 2)
-            finish(tuned, variant, seed, {"dev_accuracy": dev["accuracy"], "loss_per_epoch": losses,
-                                          "finetune": dataclasses.asdict(ft)}, started)
+            clf = tunable(dict(config(variant, seed, "learned"), encoder_trained=True))
+            tf.train.Checkpoint(head=clf.head).read(os.path.join(folder("c_mix", seed), C.CHECKPOINT_NAME)).expect_partial()
+            ft = finetune_config(variant, selection["chosen"], steps_for(len(x_train)))
+            log(f"{task} {variant} seed {seed}: fine-tuning {ft.total_steps} steps at rate {selection['chosen']:g}")
+            losses = clf.fine_tune(tuned["prep"], y_train, ft, epochs=b["ft_epochs"], batch_size=b["batch_size"], seed=seed)
+            dev = clf.accuracy(x_dev, y_dev, b["batch_size"] * 2)
+            finish(clf, variant, seed, {"dev_accuracy": dev["accuracy"], "loss_per_epoch": losses,
+                                        "finetune": dataclasses.asdict(ft), "rate_selection": selection}, started)
 
 
 def main(argv: list[str]) -> None:

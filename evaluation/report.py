@@ -54,6 +54,8 @@ def summarize(classifier_dir: str, tasks: list[str], variants: list[str]) -> dic
                 "dev_examples": runs[0][1]["dev_examples"],
                 "seconds_per_seed": float(np.mean([m["seconds"] for _, m in runs])),
             }
+            if "rate_selection" in runs[0][1]:
+                rows[variant]["rate_selection"] = runs[0][1]["rate_selection"]
         out[task] = rows
     return out
 
@@ -183,12 +185,25 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
               f"training set's statistics, scalar mix, dropout {b['dropout']}, "
               f"dense {b['hidden']} ReLU, softmax; frozen variants: {b['head_epochs']} epochs (Adam {b['head_learning_rate']}) "
               f"on features computed once through `hub.KerasLayer`; (d): the (c) classifier of the same seed, then biLM + head "
-              f"for {b['ft_epochs']} epochs at {b['ft_learning_rate']} (plain: constant, every layer; ULMFiT: slanted triangular "
-              f"peak, rate / 2.6 per layer down, one more layer unfrozen every quarter of the steps), batch {b['batch_size']}, "
+              f"for {b['ft_epochs']} epochs (plain: one constant rate, every layer; ULMFiT: slanted triangular schedule to the "
+              f"rate, rate / 2.6 per layer down, one more layer unfrozen every quarter of the steps), batch {b['batch_size']}, "
               f"gradient norm clipped to 1. Texts cut to {b['max_tokens_en']} (English) / {b['max_tokens_zh']} (Chinese) tokens. "
               f"Seeds {s['seeds']} change the head's initialisation, dropout and batch order; the training subset is fixed.", ""]
-    lines += ["## Dev accuracy (%), mean ± std over seeds", ""]
     tasks = list(results["tasks"])
+    selections = [(t, v, r["rate_selection"]) for t in tasks for v, r in results["tasks"][t].items() if "rate_selection" in r]
+    if selections:
+        rates = selections[0][2]["rates"]
+        lines += ["Fine-tuning rate of each (d) variant, chosen before any dev example is seen: the (c) head is trained on four "
+                  "fifths of the training examples, biLM + head are fine-tuned from it with each rate, and the rate with the "
+                  "best accuracy on the remaining fifth is used for every seed (accuracy % on that fifth):", "",
+                  "| task | variant | " + " | ".join(f"rate {r:g}" for r in rates) + " | chosen |",
+                  "|---|---|" + "---|" * (len(rates) + 1)]
+        for t, v, sel in selections:
+            acc = sel["held_out_accuracy"]
+            lines.append(f"| {t} | {VARIANT_LABELS.get(v, v)} | " + " | ".join(f"{100 * acc[f'{r:g}']:.1f}" for r in rates)
+                         + f" | {sel['chosen']:g} |")
+        lines.append("")
+    lines += ["## Dev accuracy (%), mean ± std over seeds", ""]
     lines += ["| variant | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
     variants = list(dict.fromkeys(v for t in tasks for v in results["tasks"][t]))
     for v in variants:

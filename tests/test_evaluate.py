@@ -175,7 +175,7 @@ def trained(tmp_path_factory):
         # d_finetune_plain runs the same code as d_finetune_ulmfit with another FineTuneConfig (checked above).
         "variants": ["a_layer0", "b_top", "c_mix", "d_finetune_ulmfit", "e_word2vec"],
         "budget": {"train_examples": 0, "dev_examples": 0, "max_tokens": 6, "batch_size": 8, "hidden": 8, "dropout": 0.1,
-                   "head_epochs": 3, "head_learning_rate": 0.01, "ft_epochs": 1, "ft_learning_rate": 0.001},
+                   "head_epochs": 3, "head_learning_rate": 0.01, "ft_epochs": 1, "ft_learning_rates": [0.001, 0.0001]},
     }
     (root / "spec.json").write_text(json.dumps(spec))
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=str(REPO))
@@ -183,6 +183,20 @@ def trained(tmp_path_factory):
                           capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return root, module
+
+
+def test_finetuning_rate_is_chosen_on_held_out_training_examples(trained):
+    root, _ = trained
+    selection = json.loads((root / "classifiers" / "rate_selection_d_finetune_ulmfit.json").read_text())
+    assert selection["rates"] == [0.001, 0.0001]
+    assert (selection["fit_examples"], selection["held_out_examples"]) == (32, 8)
+    acc = selection["held_out_accuracy"]
+    assert set(acc) == {"0.001", "0.0001"} and all(a in {k / 8 for k in range(9)} for a in acc.values())
+    best = max(acc.values())
+    assert selection["chosen"] == next(r for r in selection["rates"] if acc[f"{r:g}"] == best)  # ties: first listed
+    metrics = json.loads((root / "classifiers" / "d_finetune_ulmfit" / "seed0" / "metrics.json").read_text())
+    assert metrics["finetune"]["learning_rate"] == selection["chosen"] and metrics["rate_selection"] == selection
+    assert metrics["finetune"]["total_steps"] == 5  # the full 40 examples, batch 8, one epoch
 
 
 def _evaluate_cli(model_dir, data):
