@@ -26,6 +26,9 @@ class CharCNN(keras.layers.Layer):
       embedding_dim: e, size of a character embedding.
       max_characters_per_token: C, the number of char ids per token.
       activation: "relu" or "tanh".
+      chunk_tokens: tokens are convolved in equal chunks of at most this many, one after another, so the
+        widest convolution's output (`tokens x positions x count`) stays small for large batches. Same
+        results for any value.
 
     Call arguments:
       char_ids: int `[..., C]` char ids (0..261).
@@ -40,6 +43,7 @@ class CharCNN(keras.layers.Layer):
         embedding_dim: int,
         max_characters_per_token: int = 50,
         activation: str = "relu",
+        chunk_tokens: int = 256,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -53,6 +57,9 @@ class CharCNN(keras.layers.Layer):
             )
         if activation not in _ACTIVATIONS:
             raise ValueError(f"`activation` must be one of {sorted(_ACTIVATIONS)}; received {activation!r}.")
+        if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
+            raise ValueError(f"`chunk_tokens` must be an integer >= 1; received {chunk_tokens!r}.")
+        self.chunk_tokens = chunk_tokens
         self.embedding_dim = int(embedding_dim)
         self.max_characters_per_token = int(max_characters_per_token)
         self.activation = activation
@@ -89,18 +96,28 @@ class CharCNN(keras.layers.Layer):
         char_ids = tf.convert_to_tensor(char_ids)
         lead = tf.shape(char_ids)[:-1]
         ids = tf.reshape(char_ids, [-1, self.max_characters_per_token])  # [N, C]
+        # Equal chunks of at most chunk_tokens rows, padded with all-padding rows that are dropped at the end.
+        # At least one row: oneDNN's conv1d returns a wrongly shaped result for an empty batch.
+        n = tf.shape(ids)[0]
+        n_chunks = tf.maximum(1, -(-n // self.chunk_tokens))
+        rows = tf.maximum(1, -(-n // n_chunks))
+        ids = tf.pad(ids, [[0, n_chunks * rows - n], [0, 0]])
+        chunks = tf.reshape(ids, [n_chunks, rows, self.max_characters_per_token])  # [n_chunks, rows, C]
+        out = tf.map_fn(self._features, chunks, parallel_iterations=1,
+                        fn_output_signature=tf.TensorSpec([None, self.output_dim], self.compute_dtype))
+        out = tf.reshape(out, [-1, self.output_dim])[:n]  # [N, F]
+        return tf.reshape(out, tf.concat([lead, [self.output_dim]], 0))  # [..., F]
+
+    def _features(self, ids):
+        """`[rows, C]` char ids -> `[rows, F]` features."""
         table = tf.concat([tf.zeros([1, self.embedding_dim], self.compute_dtype), self.char_embed], 0)
-        # One all-padding row is appended and dropped again at the end: oneDNN's conv1d returns a
-        # wrongly shaped result for an empty batch (N = 0), and the extra row costs 1/N of the work.
-        ids = tf.concat([ids, tf.zeros([1, self.max_characters_per_token], ids.dtype)], 0)
-        x = tf.gather(table, ids)  # [N + 1, C, e]
+        x = tf.gather(table, ids)  # [rows, C, e]
         act = _ACTIVATIONS[self.activation]
         features = []
         for kernel, bias in zip(self.kernels, self.biases):
-            conv = tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias  # [N, C - w + 1, n]
-            features.append(act(tf.reduce_max(conv, axis=1)))  # [N, n]
-        out = tf.concat(features, axis=-1)[:-1]  # [N, F]
-        return tf.reshape(out, tf.concat([lead, [self.output_dim]], 0))  # [..., F]
+            conv = tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias  # [rows, C - w + 1, n]
+            features.append(act(tf.reduce_max(conv, axis=1)))  # [rows, n]
+        return tf.concat(features, axis=-1)  # [rows, F]
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.output_dim,)
@@ -111,6 +128,7 @@ class CharCNN(keras.layers.Layer):
             filters=[list(f) for f in self.filters],
             embedding_dim=self.embedding_dim,
             max_characters_per_token=self.max_characters_per_token,
+            chunk_tokens=self.chunk_tokens,
             activation=self.activation,
         )
         return config

@@ -49,7 +49,7 @@ class ProjectedLSTM(keras.layers.Layer):
         cell_clip: Optional[float] = None,
         proj_clip: Optional[float] = None,
         max_unroll: int = 32,
-        chunk_rows: int = 1024,
+        chunk_rows: int = 512,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -179,6 +179,7 @@ class ProjectedLSTM(keras.layers.Layer):
             chunk_step,
             (tf.constant(0), c, m, outputs),
             maximum_iterations=n_chunks,
+            parallel_iterations=1,  # otherwise later chunks' input products run ahead, all held at once
         )
         outputs = tf.transpose(outputs.stack(), [1, 0, 2])  # [B, S, h]
         outputs.set_shape(x.shape[:2].concatenate([self.output_dim]))  # keep static B and S for Keras
