@@ -8,6 +8,10 @@ import keras
 import tensorflow as tf
 
 
+# From this many rows on, the recurrent product uses a transposed copy of the recurrent weight (see `_step`).
+TRANSPOSED_FROM_BATCH = 8
+
+
 @keras.saving.register_keras_serializable(package="elmo_tf")
 class ProjectedLSTM(keras.layers.Layer):
     """LSTM with a projection layer (Sak et al. 2014) exactly as the original ELMo cell.
@@ -112,16 +116,29 @@ class ProjectedLSTM(keras.layers.Layer):
         if static_steps is not None and static_steps <= self.max_unroll:
             outputs, c, m = self._unrolled(static_steps, valid, x, c, m, *weights)
             return outputs, (c, m)
-        return self._loop(steps, valid, x, c, m, *weights)
+        if x.shape[0] is not None:
+            return self._loop(steps, valid, x, c, m, *weights, transposed=x.shape[0] >= TRANSPOSED_FROM_BATCH)
+        outputs, (c, m) = tf.cond(
+            batch >= TRANSPOSED_FROM_BATCH,
+            lambda: self._loop(steps, valid, x, c, m, *weights, transposed=True),
+            lambda: self._loop(steps, valid, x, c, m, *weights, transposed=False),
+        )
+        outputs.set_shape(x.shape[:2].concatenate([self.output_dim]))
+        return outputs, (c, m)
 
     def _step(self, gates_x_t, c, m, w_recurrent, projection):
         """One step from the carried (c, m); returns what the backward pass needs too.
+
+        `w_recurrent` is the `[h, 4H]` slice of the kernel, or its transposed copy `[4H, h]` (made once per
+        call) for batches of `TRANSPOSED_FROM_BATCH` rows and more: oneDNN's CPU kernels compute `m @ W`
+        1.6-2.4x faster from the transposed layout there, but slower at batch 1 (docs/PERFORMANCE.md).
 
         Returns:
           `(z, c_pre, u, m_pre)`: gates before activation `[B, 4H]`, cell before clipping `[B, H]`,
           `sigmoid(o) * tanh(c_t)` `[B, H]`, projected output before clipping `[B, h]` (u without projection).
         """
-        z = gates_x_t + tf.matmul(m, w_recurrent)  # [B, 4H]
+        transposed = w_recurrent.shape[0] != m.shape[-1]  # h < 4H, so the shape tells the layout
+        z = gates_x_t + tf.matmul(m, w_recurrent, transpose_b=transposed)  # [B, 4H]
         i, j, f, o = tf.split(z, 4, axis=-1)  # [B, H] each
         c_pre = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(j)
         u = tf.sigmoid(o) * tf.tanh(self._clip(c_pre, self.cell_clip))
@@ -134,13 +151,15 @@ class ProjectedLSTM(keras.layers.Layer):
     def _proj_clip(self, projection):
         return self.proj_clip if projection is not None else None
 
-    def _loop(self, steps, valid, x, c, m, kernel, bias, projection=None):
+    def _loop(self, steps, valid, x, c, m, kernel, bias, projection=None, transposed=False):
         """Any length, in `tf.while_loop`s (gradients by autodiff).
 
         The steps are cut into equal chunks of K steps with K x B close to `chunk_rows`; per chunk, the
         input product of all its steps is one matmul, then only the recurrent product runs per step.
         """
         w_input, w_recurrent = kernel[: self.input_dim], kernel[self.input_dim :]  # [D, 4H], [h, 4H]
+        if transposed:
+            w_recurrent = tf.transpose(w_recurrent)  # [4H, h]
         proj_clip = self._proj_clip(projection)
         batch = tf.shape(x)[0]
         n_chunks = tf.clip_by_value(-(-(steps * batch) // self.chunk_rows), 1, tf.maximum(steps, 1))
@@ -190,15 +209,19 @@ class ProjectedLSTM(keras.layers.Layer):
 
         Autodiff of the recurrence would compute `dz @ W^T` with a transposed operand (several times slower
         on CPU than a plain product) and one weight-gradient product per step. The gradient below uses
-        transposed copies made once, and forms each weight gradient as one large product over all steps.
+        transposed copies made once (the recurrent one shared with the forward steps), and forms each weight
+        gradient as one large product over all steps.
         """
         d, cell_clip, proj_clip = self.input_dim, self.cell_clip, self._proj_clip(projection[0] if projection else None)
+        transposed = x.shape[0] is None or x.shape[0] >= TRANSPOSED_FROM_BATCH
         valid = tf.unstack(valid, steps, axis=1)  # S x [B, 1]
 
         @tf.custom_gradient
         def run(x, c0, m0, kernel, bias, *projection_arg):
             projection = projection_arg[0] if projection_arg else None  # [H, P]
-            w_input, w_recurrent = kernel[:d], kernel[d:]  # [D, 4H], [h, 4H]
+            w_input, w_recurrent_t = kernel[:d], tf.transpose(kernel[d:])  # [D, 4H], [4H, h]
+            # The forward steps use the transposed copy the backward pass needs anyway, unless the batch is small.
+            w_recurrent = w_recurrent_t if transposed else kernel[d:]
             gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H]
             c, m = c0, m0
             outputs, saved = [], []
@@ -212,7 +235,6 @@ class ProjectedLSTM(keras.layers.Layer):
             outputs = tf.stack(outputs, axis=1)  # [B, S, h]
 
             def grad(d_outputs, d_c, d_m):
-                w_recurrent_t = tf.transpose(w_recurrent)  # [4H, h]
                 projection_t = None if projection is None else tf.transpose(projection)  # [P, H]
                 d_c = tf.zeros_like(c) if d_c is None else d_c
                 d_m = tf.zeros_like(m) if d_m is None else d_m

@@ -26,13 +26,18 @@ PATHS = [dict(max_unroll=32), dict(max_unroll=0), dict(max_unroll=0, chunk_rows=
 PATH_IDS = ["unrolled", "loop", "loop-chunks-of-1", "loop-chunks-of-3"]
 
 
+# Batches below TRANSPOSED_FROM_BATCH use the recurrent weight as stored, larger ones a transposed copy.
+LENGTHS = {"small-batch": [7, 3, 0], "large-batch": [7, 3, 0, 5, 7, 1, 2, 6, 4]}
+
+
 @pytest.mark.parametrize("kwargs", CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("path", PATHS, ids=PATH_IDS)
-def test_matches_numpy_reference(kwargs, path):
+@pytest.mark.parametrize("lengths", list(LENGTHS.values()), ids=list(LENGTHS))
+def test_matches_numpy_reference(kwargs, path, lengths):
     kwargs = dict(kwargs, **path)
     rng = np.random.default_rng(2)
-    x = rng.normal(size=(3, 7, 4)).astype(np.float32)
-    mask = np.arange(7)[None] < np.array([[7], [3], [0]])
+    x = rng.normal(size=(len(lengths), 7, 4)).astype(np.float32)
+    mask = np.arange(7)[None] < np.array(lengths)[:, None]
     layer, _ = check_layer(ProjectedLSTM, kwargs, x)
     randomize(layer, rng)
     outputs, (c, m) = layer(x, mask=mask)
@@ -85,12 +90,17 @@ def test_forget_bias_added_at_run_time_not_stored():
     np.testing.assert_allclose(c.numpy(), np_ops.sigmoid(1.0) * c1 + c1, atol=1e-6)
 
 
-def test_runs_in_tf_function_with_unknown_shapes():
+@pytest.mark.parametrize("batch", [2, 9])
+def test_runs_in_tf_function_with_unknown_shapes(batch):
+    """Unknown batch: the weight layout is chosen at run time (both branches are traced)."""
+    rng = np.random.default_rng(6)
     layer = ProjectedLSTM(4, 2)
     fn = tf.function(lambda x, m: layer(x, mask=m)[0], input_signature=[tf.TensorSpec([None, None, 3]), tf.TensorSpec([None, None], tf.bool)])
-    x = np.ones((2, 4, 3), np.float32)
-    mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0]], bool)
-    np.testing.assert_allclose(fn(x, mask).numpy(), layer(x, mask=mask)[0].numpy(), atol=1e-6)
+    x = rng.normal(size=(batch, 40, 3)).astype(np.float32)  # longer than max_unroll: the loop in both calls
+    mask = np.arange(40)[None] < rng.integers(0, 41, size=(batch, 1))
+    got = fn(x, mask).numpy()
+    expected, _ = np_ops.lstm(x, mask, layer.kernel.numpy(), layer.bias.numpy(), layer.projection.numpy(), None, None)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +115,8 @@ def test_rejects_bad_arguments(kwargs, message):
 
 @pytest.mark.parametrize("kwargs", CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("chunk_rows", [1024, 7], ids=["one-chunk", "chunks-of-3"])
-def test_unrolled_gradient_equals_autodiff_of_the_loop(kwargs, chunk_rows):
+@pytest.mark.parametrize("lengths", list(LENGTHS.values()), ids=list(LENGTHS))
+def test_unrolled_gradient_equals_autodiff_of_the_loop(kwargs, chunk_rows, lengths):
     """The hand-written gradient of the unrolled path equals autodiff through the loop path, for every input."""
     rng = np.random.default_rng(5)
     unrolled, loop = ProjectedLSTM(max_unroll=32, **kwargs), ProjectedLSTM(max_unroll=0, chunk_rows=chunk_rows, **kwargs)
@@ -115,10 +126,11 @@ def test_unrolled_gradient_equals_autodiff_of_the_loop(kwargs, chunk_rows):
     for a, b in zip(unrolled.weights, loop.weights):
         b.assign(a)
     h, units = unrolled.output_dim, unrolled.units
-    x, c0, m0 = (tf.constant(rng.normal(size=s).astype(np.float32)) for s in [(3, 7, 3), (3, units), (3, h)])
-    mask = np.arange(7)[None] < np.array([[7], [3], [0]])
+    b = len(lengths)
+    x, c0, m0 = (tf.constant(rng.normal(size=s).astype(np.float32)) for s in [(b, 7, 3), (b, units), (b, h)])
+    mask = np.arange(7)[None] < np.array(lengths)[:, None]
     # Weighted sums of every output, so each upstream gradient is non-trivial.
-    w_out, w_c, w_m = (rng.normal(size=s).astype(np.float32) for s in [(3, 7, h), (3, units), (3, h)])
+    w_out, w_c, w_m = (rng.normal(size=s).astype(np.float32) for s in [(b, 7, h), (b, units), (b, h)])
     results = []
     for layer in (unrolled, loop):
         with tf.GradientTape() as tape:
