@@ -339,3 +339,24 @@ def test_bilm_variable_groups_of_a_module(trained):
     assert sum(len(g) for g in groups) == len(module.trainable_variables) - 2  # the scalar mix is left out
     with pytest.raises(ValueError, match="not part of a biLM"):
         bilm_variable_groups([tf.Variable(1.0, name="dense/kernel")])
+
+
+def test_lm_corpus_sources_are_mixed_into_shards(tmp_path):
+    """Every line kept once, each shard drawn from every source, the same order on every run."""
+    from evaluation.lm import mix_shards
+
+    sources = {"novel.txt": [f"novel {i}" for i in range(40)], "docs.txt": [f"docs {i}" for i in range(24)]}
+    runs = []
+    for run in ("a", "b"):
+        folder = tmp_path / run
+        folder.mkdir()
+        for name, lines in sources.items():
+            (folder / name).write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+        mix_shards(str(folder), 4, seed=0)
+        shards = {p.name: p.read_text(encoding="utf-8").splitlines() for p in sorted(folder.iterdir())}
+        runs.append(shards)
+    assert runs[0] == runs[1] and sorted(runs[0]) == [f"shard-{k:02d}.txt" for k in range(4)]
+    every = [l for lines in runs[0].values() for l in lines]
+    assert sorted(every) == sorted(sources["novel.txt"] + sources["docs.txt"])
+    for lines in runs[0].values():
+        assert {l.split()[0] for l in lines} == {"novel", "docs"} and len(lines) == 16
