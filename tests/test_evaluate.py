@@ -34,7 +34,7 @@ from elmo_tf.hub_export import export_original  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "fixtures" / "tiny"
-CHILD_TIMEOUT = 300
+CHILD_TIMEOUT = 900  # seconds; generous: on a shared 2-core machine the toy pipeline run took over 300 s
 
 
 # -- ULMFiT pieces -----------------------------------------------------------------------------------
