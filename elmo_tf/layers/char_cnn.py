@@ -103,14 +103,14 @@ class CharCNN(keras.layers.Layer):
         rows = tf.maximum(1, -(-n // n_chunks))
         ids = tf.pad(ids, [[0, n_chunks * rows - n], [0, 0]])
         chunks = tf.reshape(ids, [n_chunks, rows, self.max_characters_per_token])  # [n_chunks, rows, C]
-        out = tf.map_fn(self._features, chunks, parallel_iterations=1,
+        table = tf.concat([tf.zeros([1, self.embedding_dim], self.compute_dtype), self.char_embed], 0)  # once, not per chunk
+        out = tf.map_fn(lambda chunk: self._features(table, chunk), chunks, parallel_iterations=1,
                         fn_output_signature=tf.TensorSpec([None, self.output_dim], self.compute_dtype))
         out = tf.reshape(out, [-1, self.output_dim])[:n]  # [N, F]
         return tf.reshape(out, tf.concat([lead, [self.output_dim]], 0))  # [..., F]
 
-    def _features(self, ids):
-        """`[rows, C]` char ids -> `[rows, F]` features."""
-        table = tf.concat([tf.zeros([1, self.embedding_dim], self.compute_dtype), self.char_embed], 0)
+    def _features(self, table, ids):
+        """`[rows, C]` char ids -> `[rows, F]` features; `table` is the char embedding with row 0 = zeros."""
         x = tf.gather(table, ids)  # [rows, C, e]
         act = _ACTIVATIONS[self.activation]
         features = []

@@ -66,7 +66,7 @@ class ProjectedLSTM(keras.layers.Layer):
         for name, value in (("cell_clip", cell_clip), ("proj_clip", proj_clip)):
             if value is not None and not value > 0:
                 raise ValueError(f"`{name}` must be None or > 0; received {value!r}.")
-        if not isinstance(chunk_rows, int) or chunk_rows < 1:
+        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
             raise ValueError(f"`chunk_rows` must be an integer >= 1; received {chunk_rows!r}.")
         self.units = units
         self.chunk_rows = chunk_rows
