@@ -89,7 +89,8 @@ def test_keras_functional_and_config_round_trip(fixture, models):
 def test_works_inside_tf_function(fixture, models):
     model = model_for(fixture, models)
     fn = tf.function(lambda ids: model(ids)["layers"][2], input_signature=[tf.TensorSpec([None, None, 50], tf.int32)])
-    np.testing.assert_allclose(fn(fixture.ref["char_ids"]).numpy(), model(fixture.ref["char_ids"])["layers"][2].numpy(), atol=1e-6)
+    # (Traced with an unknown batch, oneDNN may pick other kernels and sum in another order: 1e-5, the fixtures' tolerance.)
+    np.testing.assert_allclose(fn(fixture.ref["char_ids"]).numpy(), model(fixture.ref["char_ids"])["layers"][2].numpy(), atol=1e-5)
 
 
 @pytest.mark.parametrize(

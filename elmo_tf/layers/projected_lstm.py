@@ -152,37 +152,51 @@ class ProjectedLSTM(keras.layers.Layer):
         return self.proj_clip if projection is not None else None
 
     def _loop(self, steps, valid, x, c, m, kernel, bias, projection=None, transposed=False):
-        """Any length, in `tf.while_loop`s (gradients by autodiff).
+        """Any length, in `tf.while_loop`s (gradients by autodiff), computing only on rows still running.
 
-        The steps are cut into equal chunks of K steps with K x B close to `chunk_rows`; per chunk, the
-        input product of all its steps is one matmul, then only the recurrent product runs per step.
+        The rows are put in order of decreasing length (stable), so at step t the rows still running are
+        the first n_t; the products and the cell update run on those n_t rows only, and finished rows keep
+        their state. Padding costs no work (batch 64 in file order computed ~1.9 positions per real token
+        when every row ran to the longest). The steps are cut into equal chunks of K steps with K x B close
+        to `chunk_rows`; per chunk, the input product of all its steps (rows running at the chunk's start)
+        is one matmul, then only the recurrent product runs per step.
         """
         w_input, w_recurrent = kernel[: self.input_dim], kernel[self.input_dim :]  # [D, 4H], [h, 4H]
         if transposed:
             w_recurrent = tf.transpose(w_recurrent)  # [4H, h]
         proj_clip = self._proj_clip(projection)
         batch = tf.shape(x)[0]
+        lengths = tf.reduce_sum(tf.cast(valid[:, :, 0], tf.int32), axis=1)  # [B]; valid steps are a prefix
+        tf.debugging.assert_equal(
+            valid[:, :, 0], tf.range(steps)[None, :] < lengths[:, None],
+            message="ProjectedLSTM: `mask` must be true on a prefix of each row (its valid steps), false after it",
+        )
+        order = tf.argsort(lengths, direction="DESCENDING", stable=True)  # [B]
+        back = tf.math.invert_permutation(order)  # input order again
+        x, c, m = (_permute(t, order, back) for t in (x, c, m))
+        # n_t, the rows still running at step t, for t in [0, S] (n_S = 0 keeps an empty input safe).
+        running = tf.reduce_sum(tf.cast(lengths[None, :] > tf.range(steps + 1)[:, None], tf.int32), axis=1)
         n_chunks = tf.clip_by_value(-(-(steps * batch) // self.chunk_rows), 1, tf.maximum(steps, 1))
         chunk = -(-steps // n_chunks)  # K: the last chunk is padded by fewer than n_chunks steps in all
         # Time-major (transposing the narrow input, not the 4H-wide product, saves a copy of the largest tensor).
         x_tm = tf.pad(tf.transpose(x, [1, 0, 2]), [[0, n_chunks * chunk - steps], [0, 0], [0, 0]])  # [S', B, D]
         x_chunks = tf.TensorArray(x.dtype, size=n_chunks).unstack(
             tf.reshape(x_tm, [n_chunks, chunk, batch, self.input_dim]))  # n_chunks x [K, B, D]
-        valid = tf.transpose(valid, [1, 0, 2])  # [S, B, 1]
 
         def chunk_step(k, c, m, outputs):
             start = k * chunk
             # Read per step through a TensorArray: its gradient is written per step, whereas the gradient
             # of indexing a captured tensor would build a full [K, B, 4H] tensor at every step.
-            gates_x = tf.TensorArray(x.dtype, size=chunk).unstack(tf.tensordot(x_chunks.read(k), w_input, 1) + bias)
+            x_k = x_chunks.read(k)[:, : running[tf.minimum(start, steps)]]  # [K, n_start, D]
+            gates_x = tf.TensorArray(x.dtype, size=chunk).unstack(tf.tensordot(x_k, w_input, 1) + bias)
 
             def loop_step(i, c, m, outputs):
                 t = start + i
-                _, c_pre, _, m_pre = self._step(gates_x.read(i), c, m, w_recurrent, projection)
+                n = running[t]
+                _, c_pre, _, m_pre = self._step(gates_x.read(i)[:n], c[:n], m[:n], w_recurrent, projection)
                 c_new, m_new = self._clip(c_pre, self.cell_clip), self._clip(m_pre, proj_clip)
-                keep = valid[t]  # [B, 1]
-                outputs = outputs.write(t, tf.where(keep, m_new, tf.zeros_like(m_new)))
-                return i + 1, tf.where(keep, c_new, c), tf.where(keep, m_new, m), outputs
+                outputs = outputs.write(t, tf.pad(m_new, [[0, batch - n], [0, 0]]))
+                return i + 1, tf.concat([c_new, c[n:]], 0), tf.concat([m_new, m[n:]], 0), outputs
 
             _, c, m, outputs = tf.while_loop(
                 lambda i, *_: i < tf.minimum(chunk, steps - start),
@@ -200,9 +214,9 @@ class ProjectedLSTM(keras.layers.Layer):
             maximum_iterations=n_chunks,
             parallel_iterations=1,  # otherwise later chunks' input products run ahead, all held at once
         )
-        outputs = tf.transpose(outputs.stack(), [1, 0, 2])  # [B, S, h]
+        outputs = tf.transpose(_permute(outputs.stack(), back, order, axis=1), [1, 0, 2])  # [B, S, h]
         outputs.set_shape(x.shape[:2].concatenate([self.output_dim]))  # keep static B and S for Keras
-        return outputs, (c, m)
+        return outputs, (_permute(c, back, order), _permute(m, back, order))
 
     def _unrolled(self, steps, valid, x, c0, m0, kernel, bias, *projection):
         """A known, short length (the training windows) as straight-line code, with a hand-written gradient.
@@ -306,6 +320,16 @@ class ProjectedLSTM(keras.layers.Layer):
             chunk_rows=self.chunk_rows,
         )
         return config
+
+
+def _permute(x, order, inverse, axis=0):
+    """`tf.gather(x, order, axis)` for a permutation, with a dense gradient (gather's own is IndexedSlices)."""
+
+    @tf.custom_gradient
+    def permute(x):
+        return tf.gather(x, order, axis=axis), lambda dy: tf.gather(dy, inverse, axis=axis)
+
+    return permute(x)
 
 
 def _pass_clip(grad, value, clip):
