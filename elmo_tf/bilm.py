@@ -154,6 +154,10 @@ class BiLM(keras.Model):
     def call(self, char_ids, training=False):
         char_ids = self.validate_char_ids(char_ids)  # [B, S, C]
         slot_mask = tf.reduce_any(char_ids > 0, axis=-1)  # [B, S]
+        tf.debugging.assert_equal(
+            slot_mask, tf.sequence_mask(tf.reduce_sum(tf.cast(slot_mask, tf.int32), axis=1), tf.shape(slot_mask)[1]),
+            message="char_ids: a padding slot (all ids 0) comes before a token in its row; padding must follow a row's tokens",
+        )
         token_embeddings = self.embed_tokens(char_ids, slot_mask)  # [B, S, P]
         lstm_outputs, _ = self.bilstm(token_embeddings, mask=slot_mask, training=training)  # L x [B, S, 2h]
 

@@ -101,8 +101,9 @@ def test_works_inside_tf_function(fixture, models):
         (np.zeros((1, 3, 50), np.float32), TypeError, "integer"),
         (np.full((1, 3, 50), 262, np.int32), tf.errors.InvalidArgumentError, "char_ids must be < 262"),
         (np.full((1, 3, 50), -1, np.int32), tf.errors.InvalidArgumentError, "char_ids must be >= 0"),
+        (np.array([[[5] * 50, [0] * 50, [5] * 50]], np.int32), tf.errors.InvalidArgumentError, "padding must follow"),
     ],
-    ids=["rank2", "width", "float", "too-large", "negative"],
+    ids=["rank2", "width", "float", "too-large", "negative", "padding-before-a-token"],
 )
 def test_bad_char_ids_give_clear_errors(models, fixture, ids, error, message):
     with pytest.raises(error, match=message):
