@@ -5,6 +5,11 @@
 Uses the real English corpus in data/english; the vocabulary is the corpus's, padded with unused
 entries to the preset's size (the softmax cost depends on it). Prints a table and writes
 benchmarks/results/train_speed.json. Tokens per step = global batch x unroll steps.
+
+Model FLOPs per token = 3 x (the forward pass of one position, `common.flops_per_position`, plus the
+sampled softmax of both directions, 2 x 2 x P x (negatives + 1)): backward costs about twice forward.
+"% of peak" divides model FLOPs per second by a float32 4096^2 matmul measured in the same run, and
+"bound tokens/s" is what the measured peak would allow at 100 %.
 """
 
 import os
@@ -27,7 +32,12 @@ flags.DEFINE_string("train_prefix", os.path.join(os.path.dirname(__file__), ".."
 FLAGS = flags.FLAGS
 
 
-def measure(name):
+def training_flops_per_token(config, negatives: int) -> float:
+    p = min(config.lstm.projection_dim, config.lstm.dim)
+    return 3.0 * (common.flops_per_position(config) + 2 * 2.0 * p * (negatives + 1))
+
+
+def measure(name, peak_gflops):
     import tensorflow as tf
 
     from elmo_tf import data, presets, training
@@ -59,6 +69,7 @@ def measure(name):
         shutil.rmtree(save_dir, ignore_errors=True)
     tokens = trainer.global_batch * tc.unroll_steps
     seconds = common.median(times)
+    flops_per_token = training_flops_per_token(config, tc.n_negative_samples)
     return {
         "preset": name,
         "replicas": trainer.num_replicas,
@@ -68,6 +79,9 @@ def measure(name):
         "s/step (median)": seconds,
         "tokens/s (median)": tokens / seconds,
         "tokens/CPU-s (median)": tokens / common.median(cpu_times),
+        "model MFLOP/token": flops_per_token / 1e6,
+        "% of peak": 100.0 * tokens / seconds * flops_per_token / (peak_gflops * 1e9),
+        "bound tokens/s": peak_gflops * 1e9 / flops_per_token,
         "peak RSS MB": common.peak_rss_mb(),
         "step_seconds": times,
         "step_cpu_seconds": cpu_times,
@@ -76,10 +90,13 @@ def measure(name):
 
 def main(argv):
     del argv
-    rows = [measure(name) for name in FLAGS.presets]
+    peak = common.matmul_gflops()
+    print(f"float32 4096^2 matmul: {peak:.1f} GFLOP/s")
+    rows = [measure(name, peak) for name in FLAGS.presets]
     common.print_table(rows, ["preset", "replicas", "batch x unroll", "vocab", "negatives", "s/step (median)",
-                              "tokens/s (median)", "tokens/CPU-s (median)", "peak RSS MB"])
-    print("saved", common.save("train_speed", {"rows": rows}))
+                              "tokens/s (median)", "tokens/CPU-s (median)", "% of peak", "bound tokens/s",
+                              "peak RSS MB"])
+    print("saved", common.save("train_speed", {"matmul_gflops": peak, "rows": rows}))
 
 
 if __name__ == "__main__":
