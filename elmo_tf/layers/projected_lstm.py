@@ -173,7 +173,7 @@ class ProjectedLSTM(keras.layers.Layer):
         )
         order = tf.argsort(lengths, direction="DESCENDING", stable=True)  # [B]
         back = tf.math.invert_permutation(order)  # input order again
-        x, c, m = (_permute(t, order, back) for t in (x, c, m))
+        x, c, m = (_permute(t, order) for t in (x, c, m))
         # n_t, the rows still running at step t, for t in [0, S] (n_S = 0 keeps an empty input safe).
         running = tf.reduce_sum(tf.cast(lengths[None, :] > tf.range(steps + 1)[:, None], tf.int32), axis=1)
         n_chunks = tf.clip_by_value(-(-(steps * batch) // self.chunk_rows), 1, tf.maximum(steps, 1))
@@ -195,8 +195,11 @@ class ProjectedLSTM(keras.layers.Layer):
                 n = running[t]
                 _, c_pre, _, m_pre = self._step(gates_x.read(i)[:n], c[:n], m[:n], w_recurrent, projection)
                 c_new, m_new = self._clip(c_pre, self.cell_clip), self._clip(m_pre, proj_clip)
-                outputs = outputs.write(t, tf.pad(m_new, [[0, batch - n], [0, 0]]))
-                return i + 1, tf.concat([c_new, c[n:]], 0), tf.concat([m_new, m[n:]], 0), outputs
+                # (The slices lose a static batch size; the carried state and outputs keep the input's.)
+                out_t, c_next, m_next = tf.pad(m_new, [[0, batch - n], [0, 0]]), tf.concat([c_new, c[n:]], 0), tf.concat([m_new, m[n:]], 0)
+                for tensor, like in ((out_t, m), (c_next, c), (m_next, m)):
+                    tensor.set_shape(like.shape)
+                return i + 1, c_next, m_next, outputs.write(t, out_t)
 
             _, c, m, outputs = tf.while_loop(
                 lambda i, *_: i < tf.minimum(chunk, steps - start),
@@ -214,9 +217,9 @@ class ProjectedLSTM(keras.layers.Layer):
             maximum_iterations=n_chunks,
             parallel_iterations=1,  # otherwise later chunks' input products run ahead, all held at once
         )
-        outputs = tf.transpose(_permute(outputs.stack(), back, order, axis=1), [1, 0, 2])  # [B, S, h]
+        outputs = tf.transpose(_permute(outputs.stack(), back, axis=1), [1, 0, 2])  # [B, S, h]
         outputs.set_shape(x.shape[:2].concatenate([self.output_dim]))  # keep static B and S for Keras
-        return outputs, (_permute(c, back, order), _permute(m, back, order))
+        return outputs, (_permute(c, back), _permute(m, back))
 
     def _unrolled(self, steps, valid, x, c0, m0, kernel, bias, *projection):
         """A known, short length (the training windows) as straight-line code, with a hand-written gradient.
@@ -322,14 +325,13 @@ class ProjectedLSTM(keras.layers.Layer):
         return config
 
 
-def _permute(x, order, inverse, axis=0):
-    """`tf.gather(x, order, axis)` for a permutation, with a dense gradient (gather's own is IndexedSlices)."""
+def _permute(x, order, axis=0):
+    """`tf.gather(x, order, axis)` with a dense gradient: gathering on a leading axis would give IndexedSlices.
 
-    @tf.custom_gradient
-    def permute(x):
-        return tf.gather(x, order, axis=axis), lambda dy: tf.gather(dy, inverse, axis=axis)
-
-    return permute(x)
+    (Not a `tf.custom_gradient`: inside the `tf.cond` branches of an unknown batch size, one breaks the
+    gradient of a re-loaded SavedModel.)
+    """
+    return tf.gather(x[None], order, axis=axis + 1)[0]
 
 
 def _pass_clip(grad, value, clip):

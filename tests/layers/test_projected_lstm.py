@@ -90,12 +90,14 @@ def test_forget_bias_added_at_run_time_not_stored():
     np.testing.assert_allclose(c.numpy(), np_ops.sigmoid(1.0) * c1 + c1, atol=1e-6)
 
 
+@pytest.mark.parametrize("static_batch", [False, True], ids=["unknown-batch", "static-batch"])
 @pytest.mark.parametrize("batch", [2, 9])
-def test_runs_in_tf_function_with_unknown_shapes(batch):
-    """Unknown batch: the weight layout is chosen at run time (both branches are traced)."""
+def test_runs_in_tf_function_with_unknown_shapes(batch, static_batch):
+    """Unknown length; unknown batch (the weight layout chosen at run time, both branches traced) or static."""
     rng = np.random.default_rng(6)
     layer = ProjectedLSTM(4, 2)
-    fn = tf.function(lambda x, m: layer(x, mask=m)[0], input_signature=[tf.TensorSpec([None, None, 3]), tf.TensorSpec([None, None], tf.bool)])
+    rows = batch if static_batch else None
+    fn = tf.function(lambda x, m: layer(x, mask=m)[0], input_signature=[tf.TensorSpec([rows, None, 3]), tf.TensorSpec([rows, None], tf.bool)])
     x = rng.normal(size=(batch, 40, 3)).astype(np.float32)  # longer than max_unroll: the loop in both calls
     mask = np.arange(40)[None] < rng.integers(0, 41, size=(batch, 1))
     got = fn(x, mask).numpy()
@@ -126,6 +128,28 @@ def test_loop_rejects_a_mask_that_is_not_a_prefix():
     mask = np.array([[True, False, True]])
     with pytest.raises(tf.errors.InvalidArgumentError, match="prefix of each row"):
         layer(np.zeros((1, 3, 2), np.float32), mask=mask)
+
+
+def test_gradient_through_a_reloaded_saved_model(tmp_path):
+    """The loop (unknown batch: inside `tf.cond`) differentiates after `tf.saved_model.load` as before saving."""
+    rng = np.random.default_rng(8)
+    module = tf.Module()
+    module.layer = ProjectedLSTM(4, 2, max_unroll=0)
+    module.layer.build((None, None, 3))
+    module.run = tf.function(lambda x, m: module.layer(x, mask=m)[0],
+                             input_signature=[tf.TensorSpec([None, None, 3]), tf.TensorSpec([None, None], tf.bool)])
+    tf.saved_model.save(module, str(tmp_path))
+    loaded = tf.saved_model.load(str(tmp_path))
+    x = tf.constant(rng.normal(size=(9, 6, 3)).astype(np.float32))
+    mask = np.arange(6)[None] < rng.integers(0, 7, size=(9, 1))
+    grads = []
+    for run in (module.run, loaded.run):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(run(x, mask) ** 2)
+        grads.append(tape.gradient(loss, x).numpy())
+    assert np.abs(grads[0]).max() > 0
+    np.testing.assert_allclose(grads[1], grads[0], atol=1e-6)
 
 
 @pytest.mark.parametrize(
