@@ -167,10 +167,8 @@ class ProjectedLSTM(keras.layers.Layer):
         proj_clip = self._proj_clip(projection)
         batch = tf.shape(x)[0]
         lengths = tf.reduce_sum(tf.cast(valid[:, :, 0], tf.int32), axis=1)  # [B]; valid steps are a prefix
-        tf.debugging.assert_equal(
-            valid[:, :, 0], tf.range(steps)[None, :] < lengths[:, None],
-            message="ProjectedLSTM: `mask` must be true on a prefix of each row (its valid steps), false after it",
-        )
+        prefix = tf.reduce_all(tf.equal(valid[:, :, 0], tf.range(steps)[None, :] < lengths[:, None]))
+        tf.debugging.Assert(prefix, ["ProjectedLSTM: `mask` must be true on a prefix of each row (its valid steps), false after it"])
         order = tf.argsort(lengths, direction="DESCENDING", stable=True)  # [B]
         back = tf.math.invert_permutation(order)  # input order again
         x, c, m = (_permute(t, order) for t in (x, c, m))
@@ -187,16 +185,22 @@ class ProjectedLSTM(keras.layers.Layer):
             start = k * chunk
             # Read per step through a TensorArray: its gradient is written per step, whereas the gradient
             # of indexing a captured tensor would build a full [K, B, 4H] tensor at every step.
-            x_k = x_chunks.read(k)[:, : running[tf.minimum(start, steps)]]  # [K, n_start, D]
+            # (Rows are cut with tf.split and tensor sizes, not Python slices: slicing creates graph constants for
+            # its bounds, which made tracing the loop in every exported function markedly slower.)
+            n_start = tf.gather(running, tf.minimum(start, steps))
+            x_k, _ = tf.split(x_chunks.read(k), tf.stack([n_start, batch - n_start]), axis=1)  # [K, n_start, D]
             gates_x = tf.TensorArray(x.dtype, size=chunk).unstack(tf.tensordot(x_k, w_input, 1) + bias)
 
             def loop_step(i, c, m, outputs):
                 t = start + i
-                n = running[t]
-                _, c_pre, _, m_pre = self._step(gates_x.read(i)[:n], c[:n], m[:n], w_recurrent, projection)
+                n = tf.gather(running, t)
+                rows = tf.stack([n, batch - n])
+                gates_t, _ = tf.split(gates_x.read(i), tf.stack([n, n_start - n]))
+                (c_run, c_done), (m_run, m_done) = tf.split(c, rows), tf.split(m, rows)
+                _, c_pre, _, m_pre = self._step(gates_t, c_run, m_run, w_recurrent, projection)
                 c_new, m_new = self._clip(c_pre, self.cell_clip), self._clip(m_pre, proj_clip)
-                # (The slices lose a static batch size; the carried state and outputs keep the input's.)
-                out_t, c_next, m_next = tf.pad(m_new, [[0, batch - n], [0, 0]]), tf.concat([c_new, c[n:]], 0), tf.concat([m_new, m[n:]], 0)
+                # (The split loses a static batch size; the carried state and outputs keep the input's.)
+                out_t, c_next, m_next = tf.concat([m_new, tf.zeros_like(m_done)], 0), tf.concat([c_new, c_done], 0), tf.concat([m_new, m_done], 0)
                 for tensor, like in ((out_t, m), (c_next, c), (m_next, m)):
                     tensor.set_shape(like.shape)
                 return i + 1, c_next, m_next, outputs.write(t, out_t)
@@ -331,7 +335,7 @@ def _permute(x, order, axis=0):
     (Not a `tf.custom_gradient`: inside the `tf.cond` branches of an unknown batch size, one breaks the
     gradient of a re-loaded SavedModel.)
     """
-    return tf.gather(x[None], order, axis=axis + 1)[0]
+    return tf.squeeze(tf.gather(tf.expand_dims(x, 0), order, axis=axis + 1), 0)
 
 
 def _pass_clip(grad, value, clip):
