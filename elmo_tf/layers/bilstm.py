@@ -7,7 +7,7 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from elmo_tf.layers.projected_lstm import ProjectedLSTM
+from elmo_tf.layers.projected_lstm import PREFIX_MESSAGE, ProjectedLSTM, _is_prefix, permute_rows, sort_order
 
 DIRECTIONS = ("forward", "backward")
 
@@ -107,7 +107,18 @@ class BiLSTM(keras.layers.Layer):
         x = tf.convert_to_tensor(inputs)  # [B, S, P]
         if mask is None:
             mask = tf.ones(tf.shape(x)[:2], tf.bool)
+        mask = tf.cast(mask, tf.bool)
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # [B]
+        # Reversing rows within their lengths is only right for a prefix mask.
+        tf.debugging.Assert(_is_prefix(mask, lengths), [PREFIX_MESSAGE.format(layer="BiLSTM")])
+        # Lengths the LSTMs' loops would each sort the rows by: sorted once here for all 2L of them.
+        order = sort_order(lengths) if self.forward_0.loops(x.shape[1]) else None
+        if order is not None:
+            x, mask, lengths = (permute_rows(t, order) for t in (x, mask, lengths))
+            if backward_inputs is not None:
+                backward_inputs = permute_rows(tf.convert_to_tensor(backward_inputs), order)
+            if initial_state is not None:
+                initial_state = tf.nest.map_structure(lambda t: permute_rows(t, order), initial_state)
         outputs = {}
         final_state = {}
         for d, direction in enumerate(DIRECTIONS):
@@ -127,7 +138,8 @@ class BiLSTM(keras.layers.Layer):
                 if training and self.dropout > 0.0:
                     layer_in = self._dropout(layer_in, dropout_seed, d * self.num_layers + layer)
                 state = None if initial_state is None else initial_state[direction][layer]
-                out, new_state = lstm(layer_in, mask=mask, initial_state=state)  # [B, S, h]
+                sorted_lengths = None if order is None else lengths
+                out, new_state = lstm(layer_in, mask=mask, initial_state=state, sorted_lengths=sorted_lengths)  # [B, S, h]
                 if self.use_skip_connections and layer > 0:
                     # The residual adds the layer's (dropped-out) input, as the original's wrapper order;
                     # masked steps stay zero (zero output + zero input).
@@ -139,10 +151,14 @@ class BiLSTM(keras.layers.Layer):
                 layer_outputs = [tf.reverse_sequence(o, lengths, seq_axis=1, batch_axis=0) for o in layer_outputs]
             outputs[direction] = layer_outputs
             final_state[direction] = states
-        merged = [tf.concat([f, b], axis=-1) for f, b in zip(outputs["forward"], outputs["backward"])]  # [B, S, 2h]
         if backward_inputs is not None:
-            return outputs, final_state
-        return merged, final_state
+            result = outputs
+        else:
+            result = [tf.concat([f, b], axis=-1) for f, b in zip(outputs["forward"], outputs["backward"])]  # [B, S, 2h]
+        if order is not None:  # back to the input's row order
+            back = tf.math.invert_permutation(order)
+            result, final_state = tf.nest.map_structure(lambda t: permute_rows(t, back), (result, final_state))
+        return result, final_state
 
     def _dropout(self, x, seed, index):
         if seed is None:

@@ -40,6 +40,9 @@ class ProjectedLSTM(keras.layers.Layer):
       inputs: float `[B, S, D]`, time-major within each row from position 0.
       mask: bool `[B, S]`, true on valid steps; valid steps must be a prefix of each row. None = all valid.
       initial_state: optional `(c, m)` with shapes `[B, H]`, `[B, h]`; zeros when None.
+      sorted_lengths: optional int `[B]`, the rows' lengths when the caller has already put the rows in
+        order of decreasing length (`sort_order`) and checked that `mask` is the matching prefix, as `BiLSTM`
+        does once for all its layers; the loop then neither checks nor sorts. Ignored when unrolled.
 
     Returns:
       `(outputs, (c, m))`: outputs float `[B, S, h]` (h = P with a projection, else H), zero on masked
@@ -102,7 +105,7 @@ class ProjectedLSTM(keras.layers.Layer):
             tf.zeros([batch_size, self.output_dim], self.compute_dtype),
         )
 
-    def call(self, inputs, mask=None, initial_state=None):
+    def call(self, inputs, mask=None, initial_state=None, sorted_lengths=None):
         x = tf.convert_to_tensor(inputs)  # [B, S, D]
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
         if mask is None:
@@ -112,38 +115,57 @@ class ProjectedLSTM(keras.layers.Layer):
         weights = [tf.convert_to_tensor(self.kernel), tf.convert_to_tensor(self.bias)]  # [D + h, 4H], [4H]
         if self.projection is not None:
             weights.append(tf.convert_to_tensor(self.projection))  # [H, P]
-        static_steps = x.shape[1]
-        if static_steps is not None and static_steps <= self.max_unroll:
-            outputs, c, m = self._unrolled(static_steps, valid, x, c, m, *weights)
+        if not self.loops(x.shape[1]):
+            outputs, c, m = self._unrolled(x.shape[1], valid, x, c, m, *weights)
             return outputs, (c, m)
-        if x.shape[0] is not None:
-            return self._loop(steps, valid, x, c, m, *weights, transposed=x.shape[0] >= TRANSPOSED_FROM_BATCH)
-        outputs, (c, m) = tf.cond(
-            batch >= TRANSPOSED_FROM_BATCH,
-            lambda: self._loop(steps, valid, x, c, m, *weights, transposed=True),
-            lambda: self._loop(steps, valid, x, c, m, *weights, transposed=False),
-        )
-        outputs.set_shape(x.shape[:2].concatenate([self.output_dim]))
-        return outputs, (c, m)
+        # A static batch picks the recurrent weight's layout here, an unknown one at run time (see `_step`).
+        transposed = x.shape[0] >= TRANSPOSED_FROM_BATCH if x.shape[0] is not None else batch >= TRANSPOSED_FROM_BATCH
+        if sorted_lengths is not None:
+            return self._loop(steps, x, c, m, sorted_lengths, *weights, transposed=transposed)
+        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # [B]
+        tf.debugging.Assert(_is_prefix(mask, lengths), [PREFIX_MESSAGE.format(layer="ProjectedLSTM")])
+        order = sort_order(lengths)
+        back = tf.math.invert_permutation(order)
+        x, c, m, lengths = (permute_rows(t, order) for t in (x, c, m, lengths))
+        outputs, (c, m) = self._loop(steps, x, c, m, lengths, *weights, transposed=transposed)
+        return permute_rows(outputs, back), (permute_rows(c, back), permute_rows(m, back))
 
-    def _step(self, gates_x_t, c, m, w_recurrent, projection):
+    def loops(self, steps) -> bool:
+        """Whether an input of this static length (None = unknown) runs in the loop, not unrolled."""
+        return steps is None or steps > self.max_unroll
+
+    def _step(self, gates_x_t, c, m, recurrent_product, projection):
         """One step from the carried (c, m); returns what the backward pass needs too.
 
-        `w_recurrent` is the `[h, 4H]` slice of the kernel, or its transposed copy `[4H, h]` (made once per
-        call) for batches of `TRANSPOSED_FROM_BATCH` rows and more: oneDNN's CPU kernels compute `m @ W`
-        1.6-2.4x faster from the transposed layout there, but slower at batch 1 (docs/PERFORMANCE.md).
+        `recurrent_product(m)` is `m @ W_0[D:]`, from the `[h, 4H]` slice of the kernel or from its transposed
+        copy `[4H, h]` (made once per call) for batches of `TRANSPOSED_FROM_BATCH` rows and more: oneDNN's CPU
+        kernels compute the product 1.6-2.4x faster from the transposed layout there, but slower at batch 1
+        (docs/PERFORMANCE.md). See `_recurrent_product`.
 
         Returns:
           `(z, c_pre, u, m_pre)`: gates before activation `[B, 4H]`, cell before clipping `[B, H]`,
           `sigmoid(o) * tanh(c_t)` `[B, H]`, projected output before clipping `[B, h]` (u without projection).
         """
-        transposed = w_recurrent.shape[0] != m.shape[-1]  # h < 4H, so the shape tells the layout
-        z = gates_x_t + tf.matmul(m, w_recurrent, transpose_b=transposed)  # [B, 4H]
+        z = gates_x_t + recurrent_product(m)  # [B, 4H]
         i, j, f, o = tf.split(z, 4, axis=-1)  # [B, H] each
         c_pre = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(j)
         u = tf.sigmoid(o) * tf.tanh(self._clip(c_pre, self.cell_clip))
         m_pre = u if projection is None else tf.matmul(u, projection)
         return z, c_pre, u, m_pre
+
+    def _recurrent_product(self, w_recurrent, transposed):
+        """`m -> m @ w_recurrent` (`[h, 4H]`) in the layout `transposed` picks: a Python bool, or a scalar bool
+        tensor when the batch size is known only at run time (then the step chooses with a `tf.cond`: the
+        loop is traced once, not once per layout)."""
+        if isinstance(transposed, bool):
+            w = tf.transpose(w_recurrent) if transposed else w_recurrent
+            return lambda m: tf.matmul(m, w, transpose_b=transposed)
+        w_t = tf.cond(  # the copy only when it is used
+            transposed, lambda: tf.transpose(w_recurrent), lambda: tf.zeros([0, self.output_dim], w_recurrent.dtype)
+        )
+        return lambda m: tf.cond(
+            transposed, lambda: tf.matmul(m, w_t, transpose_b=True), lambda: tf.matmul(m, w_recurrent)
+        )
 
     def _clip(self, value, clip):
         return value if clip is None else tf.clip_by_value(value, -clip, clip)
@@ -151,27 +173,20 @@ class ProjectedLSTM(keras.layers.Layer):
     def _proj_clip(self, projection):
         return self.proj_clip if projection is not None else None
 
-    def _loop(self, steps, valid, x, c, m, kernel, bias, projection=None, transposed=False):
+    def _loop(self, steps, x, c, m, lengths, kernel, bias, projection=None, transposed=False):
         """Any length, in `tf.while_loop`s (gradients by autodiff), computing only on rows still running.
 
-        The rows are put in order of decreasing length (stable), so at step t the rows still running are
-        the first n_t; the products and the cell update run on those n_t rows only, and finished rows keep
-        their state. Padding costs no work (batch 64 in file order computed ~1.9 positions per real token
-        when every row ran to the longest). The steps are cut into equal chunks of K steps with K x B close
-        to `chunk_rows`; per chunk, the input product of all its steps (rows running at the chunk's start)
-        is one matmul, then only the recurrent product runs per step.
+        The rows must come in order of decreasing `lengths` (`call` sorts them, or its caller did), so at
+        step t the rows still running are the first n_t; the products and the cell update run on those n_t
+        rows only, and finished rows keep their state. Padding costs no work (batch 64 in file order
+        computed ~1.9 positions per real token when every row ran to the longest). The steps are cut into
+        equal chunks of K steps with K x B close to `chunk_rows`; per chunk, the input product of all its
+        steps (rows running at the chunk's start) is one matmul, then only the recurrent product runs per step.
         """
-        w_input, w_recurrent = kernel[: self.input_dim], kernel[self.input_dim :]  # [D, 4H], [h, 4H]
-        if transposed:
-            w_recurrent = tf.transpose(w_recurrent)  # [4H, h]
+        w_input = kernel[: self.input_dim]  # [D, 4H]
+        recurrent_product = self._recurrent_product(kernel[self.input_dim :], transposed)
         proj_clip = self._proj_clip(projection)
         batch = tf.shape(x)[0]
-        lengths = tf.reduce_sum(tf.cast(valid[:, :, 0], tf.int32), axis=1)  # [B]; valid steps are a prefix
-        prefix = tf.reduce_all(tf.equal(valid[:, :, 0], tf.range(steps)[None, :] < lengths[:, None]))
-        tf.debugging.Assert(prefix, ["ProjectedLSTM: `mask` must be true on a prefix of each row (its valid steps), false after it"])
-        order = tf.argsort(lengths, direction="DESCENDING", stable=True)  # [B]
-        back = tf.math.invert_permutation(order)  # input order again
-        x, c, m = (_permute(t, order) for t in (x, c, m))
         # n_t, the rows still running at step t, for t in [0, S] (n_S = 0 keeps an empty input safe).
         running = tf.reduce_sum(tf.cast(lengths[None, :] > tf.range(steps + 1)[:, None], tf.int32), axis=1)
         n_chunks = tf.clip_by_value(-(-(steps * batch) // self.chunk_rows), 1, tf.maximum(steps, 1))
@@ -197,7 +212,7 @@ class ProjectedLSTM(keras.layers.Layer):
                 rows = tf.stack([n, batch - n])
                 gates_t, _ = tf.split(gates_x.read(i), tf.stack([n, n_start - n]))
                 (c_run, c_done), (m_run, m_done) = tf.split(c, rows), tf.split(m, rows)
-                _, c_pre, _, m_pre = self._step(gates_t, c_run, m_run, w_recurrent, projection)
+                _, c_pre, _, m_pre = self._step(gates_t, c_run, m_run, recurrent_product, projection)
                 c_new, m_new = self._clip(c_pre, self.cell_clip), self._clip(m_pre, proj_clip)
                 # (The split loses a static batch size; the carried state and outputs keep the input's.)
                 out_t, c_next, m_next = tf.concat([m_new, tf.zeros_like(m_done)], 0), tf.concat([c_new, c_done], 0), tf.concat([m_new, m_done], 0)
@@ -221,9 +236,9 @@ class ProjectedLSTM(keras.layers.Layer):
             maximum_iterations=n_chunks,
             parallel_iterations=1,  # otherwise later chunks' input products run ahead, all held at once
         )
-        outputs = tf.transpose(_permute(outputs.stack(), back, axis=1), [1, 0, 2])  # [B, S, h]
+        outputs = tf.transpose(outputs.stack(), [1, 0, 2])  # [B, S, h]
         outputs.set_shape(x.shape[:2].concatenate([self.output_dim]))  # keep static B and S for Keras
-        return outputs, (_permute(c, back), _permute(m, back))
+        return outputs, (c, m)
 
     def _unrolled(self, steps, valid, x, c0, m0, kernel, bias, *projection):
         """A known, short length (the training windows) as straight-line code, with a hand-written gradient.
@@ -243,12 +258,16 @@ class ProjectedLSTM(keras.layers.Layer):
             w_input, w_recurrent_t = kernel[:d], tf.transpose(kernel[d:])  # [D, 4H], [4H, h]
             # The forward steps use the transposed copy the backward pass needs anyway, unless the batch is small.
             w_recurrent = w_recurrent_t if transposed else kernel[d:]
+
+            def recurrent_product(m):
+                return tf.matmul(m, w_recurrent, transpose_b=transposed)
+
             gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H]
             c, m = c0, m0
             outputs, saved = [], []
             # (unstack, not slicing: the gradient of a slice would be a full [B, S, 4H] tensor per step.)
             for t, gates_x_t in enumerate(tf.unstack(gates_x, steps, axis=1)):
-                z, c_pre, u, m_pre = self._step(gates_x_t, c, m, w_recurrent, projection)
+                z, c_pre, u, m_pre = self._step(gates_x_t, c, m, recurrent_product, projection)
                 saved.append((c, m, z, c_pre, u, m_pre))
                 c_new, m_new = self._clip(c_pre, cell_clip), self._clip(m_pre, proj_clip)
                 outputs.append(tf.where(valid[t], m_new, tf.zeros_like(m_new)))
@@ -329,13 +348,26 @@ class ProjectedLSTM(keras.layers.Layer):
         return config
 
 
-def _permute(x, order, axis=0):
-    """`tf.gather(x, order, axis)` with a dense gradient: gathering on a leading axis would give IndexedSlices.
+PREFIX_MESSAGE = "{layer}: `mask` must be true on a prefix of each row (its valid steps), false after it."
 
-    (Not a `tf.custom_gradient`: inside the `tf.cond` branches of an unknown batch size, one breaks the
-    gradient of a re-loaded SavedModel.)
+
+def _is_prefix(mask, lengths):
+    """Scalar bool: `mask` `[B, S]` is true exactly on the first `lengths` steps of each row."""
+    return tf.reduce_all(tf.equal(tf.cast(mask, tf.bool), tf.sequence_mask(lengths, tf.shape(mask)[1])))
+
+
+def sort_order(lengths):
+    """The row order of decreasing length (stable), the order `ProjectedLSTM`'s loop computes in."""
+    return tf.argsort(lengths, direction="DESCENDING", stable=True)
+
+
+def permute_rows(x, order):
+    """`tf.gather(x, order)` with a dense gradient: gathering on the leading axis would give IndexedSlices.
+
+    (Not a `tf.custom_gradient`: inside the `tf.cond` of an unknown batch size, one broke the gradient of
+    a re-loaded SavedModel.)
     """
-    return tf.squeeze(tf.gather(tf.expand_dims(x, 0), order, axis=axis + 1), 0)
+    return tf.squeeze(tf.gather(tf.expand_dims(x, 0), order, axis=1), 0)
 
 
 def _pass_clip(grad, value, clip):

@@ -71,3 +71,70 @@ def test_rejects_bad_arguments():
         BiLSTM(4, 4, 0)
     with pytest.raises(ValueError, match="dropout"):
         BiLSTM(4, 4, 1, dropout=1.0)
+
+
+def _loop_and_unrolled(layer):
+    """Yields after switching every LSTM of `layer` to the loop, then to straight-line code."""
+    for max_unroll in (0, 100):
+        for stack in layer.stacks.values():
+            for lstm in stack:
+                lstm.max_unroll = max_unroll
+        yield "loop" if max_unroll == 0 else "unrolled"
+
+
+def test_loop_path_matches_unrolled_path_with_rows_in_any_order():
+    """The loop sorts the rows by length once for all layers; outputs, final states and gradients come back
+    in the input's row order (the unrolled path never reorders), with initial states and a backward stream."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(8)
+    lengths = [3, 7, 0, 5, 7, 1]
+    layer = BiLSTM(6, 4, 2, cell_clip=2.0, proj_clip=1.0, use_skip_connections=True)
+    x = rng.normal(size=(6, 7, 4)).astype(np.float32)
+    backward_x = rng.normal(size=(6, 7, 4)).astype(np.float32)
+    mask = np.arange(7)[None] < np.array(lengths)[:, None]
+    layer(x, mask=mask)
+    state = tf.nest.map_structure(
+        lambda t: tf.constant(rng.normal(size=t.shape).astype(np.float32)), layer.zero_state(6)
+    )
+    results = {}
+    for path in _loop_and_unrolled(layer):
+        for name, kwargs in (("merged", {}), ("streams", dict(backward_inputs=backward_x))):
+            with tf.GradientTape() as tape:
+                outputs, final = layer(x, mask=mask, initial_state=state, **kwargs)
+                loss = sum(tf.reduce_sum(o * o) for o in tf.nest.flatten((outputs, final)))
+            grads = tape.gradient(loss, layer.trainable_weights)
+            results[path, name] = [t.numpy() for t in tf.nest.flatten((outputs, final, grads))]
+    for name in ("merged", "streams"):
+        for got, want in zip(results["loop", name], results["unrolled", name]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_sorts_the_rows_once_for_all_layers(monkeypatch):
+    import tensorflow as tf
+
+    from elmo_tf.layers import bilstm, projected_lstm
+
+    calls, sort_order = [], projected_lstm.sort_order
+
+    def counting(lengths):
+        calls.append(1)
+        return sort_order(lengths)
+
+    monkeypatch.setattr(bilstm, "sort_order", counting)
+    monkeypatch.setattr(projected_lstm, "sort_order", counting)
+    layer = BiLSTM(4, 3, 3)
+    x = tf.zeros([2, 40, 3])  # longer than max_unroll: the loop
+    layer(x, mask=tf.sequence_mask([40, 9], 40))
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("steps", [5, 40], ids=["unrolled", "loop"])
+def test_rejects_a_mask_that_is_not_a_prefix(steps):
+    import tensorflow as tf
+
+    layer = BiLSTM(4, 3, 1)
+    mask = np.ones([2, steps], bool)
+    mask[1, 0] = False  # a gap before valid steps: reversing within the length would be wrong
+    with pytest.raises(tf.errors.InvalidArgumentError, match="BiLSTM: `mask` must be true on a prefix"):
+        layer(tf.zeros([2, steps, 3]), mask=mask)
