@@ -7,7 +7,7 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from elmo_tf.layers.projected_lstm import PREFIX_MESSAGE, ProjectedLSTM, _is_prefix, permute_rows, sort_order
+from elmo_tf.layers.projected_lstm import PREFIX_MESSAGE, ProjectedLSTM, is_prefix_mask, permute_rows, sort_order
 
 DIRECTIONS = ("forward", "backward")
 
@@ -110,8 +110,8 @@ class BiLSTM(keras.layers.Layer):
         mask = tf.cast(mask, tf.bool)
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # [B]
         # Reversing rows within their lengths is only right for a prefix mask.
-        tf.debugging.Assert(_is_prefix(mask, lengths), [PREFIX_MESSAGE.format(layer="BiLSTM")])
-        # Lengths the LSTMs' loops would each sort the rows by: sorted once here for all 2L of them.
+        tf.debugging.Assert(is_prefix_mask(mask, lengths), [PREFIX_MESSAGE.format(layer="BiLSTM")])
+        # The LSTMs' loops need the rows in order of decreasing length: sorted once here for all 2L of them.
         order = sort_order(lengths) if self.forward_0.loops(x.shape[1]) else None
         if order is not None:
             x, mask, lengths = (permute_rows(t, order) for t in (x, mask, lengths))

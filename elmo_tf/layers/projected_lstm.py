@@ -123,7 +123,7 @@ class ProjectedLSTM(keras.layers.Layer):
         if sorted_lengths is not None:
             return self._loop(steps, x, c, m, sorted_lengths, *weights, transposed=transposed)
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # [B]
-        tf.debugging.Assert(_is_prefix(mask, lengths), [PREFIX_MESSAGE.format(layer="ProjectedLSTM")])
+        tf.debugging.Assert(is_prefix_mask(mask, lengths), [PREFIX_MESSAGE.format(layer="ProjectedLSTM")])
         order = sort_order(lengths)
         back = tf.math.invert_permutation(order)
         x, c, m, lengths = (permute_rows(t, order) for t in (x, c, m, lengths))
@@ -351,7 +351,7 @@ class ProjectedLSTM(keras.layers.Layer):
 PREFIX_MESSAGE = "{layer}: `mask` must be true on a prefix of each row (its valid steps), false after it."
 
 
-def _is_prefix(mask, lengths):
+def is_prefix_mask(mask, lengths):
     """Scalar bool: `mask` `[B, S]` is true exactly on the first `lengths` steps of each row."""
     return tf.reduce_all(tf.equal(tf.cast(mask, tf.bool), tf.sequence_mask(lengths, tf.shape(mask)[1])))
 
