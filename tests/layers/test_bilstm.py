@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from elmo_tf.layers import bilstm, projected_lstm
 from elmo_tf.layers.bilstm import BiLSTM
 from tests.layers import np_ops
 from tests.layers.harness import check_layer
@@ -85,8 +87,6 @@ def _loop_and_unrolled(layer):
 def test_loop_path_matches_unrolled_path_with_rows_in_any_order():
     """The loop sorts the rows by length once for all layers; outputs, final states and gradients come back
     in the input's row order (the unrolled path never reorders), with initial states and a backward stream."""
-    import tensorflow as tf
-
     rng = np.random.default_rng(8)
     lengths = [3, 7, 0, 5, 7, 1]
     layer = BiLSTM(6, 4, 2, cell_clip=2.0, proj_clip=1.0, use_skip_connections=True)
@@ -111,10 +111,6 @@ def test_loop_path_matches_unrolled_path_with_rows_in_any_order():
 
 
 def test_sorts_the_rows_once_for_all_layers(monkeypatch):
-    import tensorflow as tf
-
-    from elmo_tf.layers import bilstm, projected_lstm
-
     calls, sort_order = [], projected_lstm.sort_order
 
     def counting(lengths):
@@ -131,8 +127,6 @@ def test_sorts_the_rows_once_for_all_layers(monkeypatch):
 
 @pytest.mark.parametrize("steps", [5, 40], ids=["unrolled", "loop"])
 def test_rejects_a_mask_that_is_not_a_prefix(steps):
-    import tensorflow as tf
-
     layer = BiLSTM(4, 3, 1)
     mask = np.ones([2, steps], bool)
     mask[1, 0] = False  # a gap before valid steps: reversing within the length would be wrong
