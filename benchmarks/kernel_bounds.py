@@ -66,7 +66,7 @@ def main(argv):
     rand = lambda *shape: tf.random.stateless_normal(shape, seed=[len(shape), shape[0]])  # noqa: E731
 
     peak = common.matmul_gflops()
-    w_recurrent, w_recurrent_t = rand(h, 4 * units), rand(4 * units, h)
+    w_recurrent = rand(h, 4 * units)
     w_input, projection = rand(d, 4 * units), rand(units, h)
     x_chunk = rand(lstm.chunk_rows, d)
     input_per_row = seconds(tf.function(lambda: tf.matmul(x_chunk, w_input))) / lstm.chunk_rows
@@ -78,10 +78,8 @@ def main(argv):
     rows = []
     for batch in map(int, FLAGS.batch_sizes):
         m, u = rand(batch, h), rand(batch, units)
-        if batch >= TRANSPOSED_FROM_BATCH:
-            recurrent = tf.function(lambda: tf.matmul(m, w_recurrent_t, transpose_b=True))
-        else:
-            recurrent = tf.function(lambda: tf.matmul(m, w_recurrent))
+        product = lstm._recurrent_product(w_recurrent, batch >= TRANSPOSED_FROM_BATCH)  # the layer's own layout
+        recurrent = tf.function(lambda: product(m))
         recurrent_s, projection_s = seconds(recurrent), seconds(tf.function(lambda: tf.matmul(u, projection)))
         per_position = {
             "recurrent": n_lstms * recurrent_s / batch,

@@ -7,7 +7,7 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from elmo_tf.layers.projected_lstm import PREFIX_MESSAGE, ProjectedLSTM, is_prefix_mask, permute_rows, sort_order
+from elmo_tf.layers.projected_lstm import ProjectedLSTM, permute_rows, prefix_lengths, sort_order
 
 DIRECTIONS = ("forward", "backward")
 
@@ -108,9 +108,7 @@ class BiLSTM(keras.layers.Layer):
         if mask is None:
             mask = tf.ones(tf.shape(x)[:2], tf.bool)
         mask = tf.cast(mask, tf.bool)
-        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # [B]
-        # Reversing rows within their lengths is only right for a prefix mask.
-        tf.debugging.Assert(is_prefix_mask(mask, lengths), [PREFIX_MESSAGE.format(layer="BiLSTM")])
+        lengths = prefix_lengths(mask, "BiLSTM")  # [B]; reversing within lengths needs a prefix mask
         # The LSTMs' loops need the rows in order of decreasing length: sorted once here for all 2L of them.
         order = sort_order(lengths) if self.forward_0.loops(x.shape[1]) else None
         if order is not None:

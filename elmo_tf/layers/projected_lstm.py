@@ -110,20 +110,19 @@ class ProjectedLSTM(keras.layers.Layer):
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
         if mask is None:
             mask = tf.ones([batch, steps], tf.bool)
-        valid = tf.cast(mask, tf.bool)[:, :, None]  # [B, S, 1]
         c, m = self.zero_state(batch) if initial_state is None else initial_state  # [B, H], [B, h]
         weights = [tf.convert_to_tensor(self.kernel), tf.convert_to_tensor(self.bias)]  # [D + h, 4H], [4H]
         if self.projection is not None:
             weights.append(tf.convert_to_tensor(self.projection))  # [H, P]
         if not self.loops(x.shape[1]):
+            valid = tf.cast(mask, tf.bool)[:, :, None]  # [B, S, 1]
             outputs, c, m = self._unrolled(x.shape[1], valid, x, c, m, *weights)
             return outputs, (c, m)
         # A static batch picks the recurrent weight's layout here, an unknown one at run time (see `_step`).
         transposed = x.shape[0] >= TRANSPOSED_FROM_BATCH if x.shape[0] is not None else batch >= TRANSPOSED_FROM_BATCH
         if sorted_lengths is not None:
             return self._loop(steps, x, c, m, sorted_lengths, *weights, transposed=transposed)
-        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # [B]
-        tf.debugging.Assert(is_prefix_mask(mask, lengths), [PREFIX_MESSAGE.format(layer="ProjectedLSTM")])
+        lengths = prefix_lengths(mask, "ProjectedLSTM")
         order = sort_order(lengths)
         back = tf.math.invert_permutation(order)
         x, c, m, lengths = (permute_rows(t, order) for t in (x, c, m, lengths))
@@ -153,12 +152,14 @@ class ProjectedLSTM(keras.layers.Layer):
         m_pre = u if projection is None else tf.matmul(u, projection)
         return z, c_pre, u, m_pre
 
-    def _recurrent_product(self, w_recurrent, transposed):
+    def _recurrent_product(self, w_recurrent, transposed, w_recurrent_t=None):
         """`m -> m @ w_recurrent` (`[h, 4H]`) in the layout `transposed` picks: a Python bool, or a scalar bool
         tensor when the batch size is known only at run time (then the step chooses with a `tf.cond`: the
-        loop is traced once, not once per layout)."""
+        loop is traced once, not once per layout). `w_recurrent_t`: the transposed copy, if already made."""
         if isinstance(transposed, bool):
-            w = tf.transpose(w_recurrent) if transposed else w_recurrent
+            if transposed and w_recurrent_t is None:
+                w_recurrent_t = tf.transpose(w_recurrent)
+            w = w_recurrent_t if transposed else w_recurrent
             return lambda m: tf.matmul(m, w, transpose_b=transposed)
         w_t = tf.cond(  # the copy only when it is used
             transposed, lambda: tf.transpose(w_recurrent), lambda: tf.zeros([0, self.output_dim], w_recurrent.dtype)
@@ -257,11 +258,7 @@ class ProjectedLSTM(keras.layers.Layer):
             projection = projection_arg[0] if projection_arg else None  # [H, P]
             w_input, w_recurrent_t = kernel[:d], tf.transpose(kernel[d:])  # [D, 4H], [4H, h]
             # The forward steps use the transposed copy the backward pass needs anyway, unless the batch is small.
-            w_recurrent = w_recurrent_t if transposed else kernel[d:]
-
-            def recurrent_product(m):
-                return tf.matmul(m, w_recurrent, transpose_b=transposed)
-
+            recurrent_product = self._recurrent_product(kernel[d:], transposed, w_recurrent_t)
             gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H]
             c, m = c0, m0
             outputs, saved = [], []
@@ -348,12 +345,13 @@ class ProjectedLSTM(keras.layers.Layer):
         return config
 
 
-PREFIX_MESSAGE = "{layer}: `mask` must be true on a prefix of each row (its valid steps), false after it."
-
-
-def is_prefix_mask(mask, lengths):
-    """Scalar bool: `mask` `[B, S]` is true exactly on the first `lengths` steps of each row."""
-    return tf.reduce_all(tf.equal(tf.cast(mask, tf.bool), tf.sequence_mask(lengths, tf.shape(mask)[1])))
+def prefix_lengths(mask, layer: str):
+    """The row lengths `[B]` of a bool `mask` `[B, S]`, which must be true on a prefix of each row (checked)."""
+    mask = tf.cast(mask, tf.bool)
+    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+    prefix = tf.reduce_all(tf.equal(mask, tf.sequence_mask(lengths, tf.shape(mask)[1])))
+    tf.debugging.Assert(prefix, [f"{layer}: `mask` must be true on a prefix of each row (its valid steps), false after it."])
+    return lengths
 
 
 def sort_order(lengths):

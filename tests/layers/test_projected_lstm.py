@@ -93,7 +93,7 @@ def test_forget_bias_added_at_run_time_not_stored():
 @pytest.mark.parametrize("static_batch", [False, True], ids=["unknown-batch", "static-batch"])
 @pytest.mark.parametrize("batch", [2, 9])
 def test_runs_in_tf_function_with_unknown_shapes(batch, static_batch):
-    """Unknown length; unknown batch (the weight layout chosen at run time, both branches traced) or static."""
+    """Unknown length; unknown batch (the weight layout chosen at run time, per step) or static."""
     rng = np.random.default_rng(6)
     layer = ProjectedLSTM(4, 2)
     rows = batch if static_batch else None
@@ -131,7 +131,8 @@ def test_loop_rejects_a_mask_that_is_not_a_prefix():
 
 
 def test_gradient_through_a_reloaded_saved_model(tmp_path):
-    """The loop (unknown batch: inside `tf.cond`) differentiates after `tf.saved_model.load` as before saving."""
+    """The loop (unknown batch: the layout chosen per step by `tf.cond`) differentiates after `tf.saved_model.load`
+    as before saving."""
     rng = np.random.default_rng(8)
     module = tf.Module()
     module.layer = ProjectedLSTM(4, 2, max_unroll=0)
