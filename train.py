@@ -39,6 +39,8 @@ flags.DEFINE_integer("unroll_steps", None, "Tokens per window (default: the pres
 flags.DEFINE_integer("n_negative_samples", None, "Negatives per step for the sampled softmax (default: the preset's).")
 flags.DEFINE_float("learning_rate", 0.2, "Adagrad learning rate.")
 flags.DEFINE_float("dropout", None, "Dropout (default: the preset's, 0.1).")
+flags.DEFINE_bool("scale_loss_by_unroll_steps", True, "Take the gradients of unroll_steps x the mean loss, as the "
+                  "original does (its learning speed); --noscale_loss_by_unroll_steps: of the mean loss itself.")
 flags.DEFINE_integer("max_steps", None, "Stop after this many steps. Default: 600 for the default run, else none.")
 flags.DEFINE_integer("n_epochs", None, "Passes over the corpus (default: repeat until --max_steps).")
 flags.DEFINE_integer("vocab_size", None, "Size cut when building the vocabulary (default: the preset's n_tokens_vocab).")
@@ -185,13 +187,13 @@ def _train() -> dict:
         vocab.to_file(vocab_file)
 
     default_run = not any(FLAGS[name].present for name in ("max_steps", "n_epochs"))
-    train_config = training.TrainConfig(
-        batch_size=FLAGS.batch_size or recipe.get("batch_size", 128),
-        unroll_steps=FLAGS.unroll_steps or recipe.get("unroll_steps", 20),
-        n_negative_samples=FLAGS.n_negative_samples or recipe.get("n_negative_samples_batch", 8192),
+    recipe_flags = {"batch_size": FLAGS.batch_size, "unroll_steps": FLAGS.unroll_steps,
+                    "n_negative_samples": FLAGS.n_negative_samples, "dropout": FLAGS.dropout}
+    train_config = training.recipe_config(
+        config,
+        **{name: value for name, value in recipe_flags.items() if value is not None},
         learning_rate=FLAGS.learning_rate,
-        clip_norm=float(recipe.get("all_clip_norm_val", 10.0)),
-        dropout=FLAGS.dropout if FLAGS.dropout is not None else recipe.get("dropout", 0.1),
+        scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps,
         seed=FLAGS.seed,
         max_steps=600 if default_run else FLAGS.max_steps,
         n_epochs=FLAGS.n_epochs,

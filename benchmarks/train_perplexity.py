@@ -37,9 +37,7 @@ def main(argv):
     config = presets.preset("small")
     recipe = config.training
     vocab = Vocabulary.build(FLAGS.train_prefix, max_size=recipe["n_tokens_vocab"])
-    tc = training.TrainConfig(batch_size=recipe["batch_size"], unroll_steps=recipe["unroll_steps"],
-                              n_negative_samples=recipe["n_negative_samples_batch"], max_steps=10**9,
-                              checkpoint_every=10**9)
+    tc = training.recipe_config(config, max_steps=10**9, checkpoint_every=10**9)
     save_dir = FLAGS.save_dir or tempfile.mkdtemp(prefix="train_perplexity_")
     trainer = training.Trainer(config, vocab, tc, save_dir, training.make_strategy())
     from elmo_tf import data

@@ -38,8 +38,6 @@ def training_flops_per_token(config, negatives: int) -> float:
 
 
 def measure(name, peak_gflops):
-    import tensorflow as tf
-
     from elmo_tf import data, presets, training
     from elmo_tf.vocab import Vocabulary
 
@@ -48,10 +46,7 @@ def measure(name, peak_gflops):
     size = recipe["n_tokens_vocab"] if name == "small" else 100_000  # the reference figure's vocabulary
     counted = Vocabulary.build(FLAGS.train_prefix, max_size=size)
     vocab = Vocabulary(counted.words + [f"<unused_{i}>" for i in range(size - counted.size)])
-    tc = training.TrainConfig(
-        batch_size=recipe["batch_size"], unroll_steps=recipe["unroll_steps"],
-        n_negative_samples=recipe["n_negative_samples_batch"], max_steps=FLAGS.steps + 2,
-    )
+    tc = training.recipe_config(config, max_steps=FLAGS.steps + 2)
     save_dir = tempfile.mkdtemp(prefix=f"train_speed_{name}_")
     try:
         trainer = training.Trainer(config, vocab, tc, save_dir, training.make_strategy())

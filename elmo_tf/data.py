@@ -9,22 +9,26 @@ Pairs. Each sentence `w1 .. wn` gives n + 1 (input, target) pairs per direction,
 The last token of a sentence is only ever a target: the input after `wn` is the next sentence's
 `<S>` (`</S>` backward), so no window asks to predict a sentence start from a sentence end.
 
+Streams. As in the original's `BidirectionalLMDataset`, the forward and the backward LM read two
+independent streams: each has its own shuffle of the files and of their lines, so a batch's backward
+rows hold other sentences than its forward rows. (Held-out data is read in file order by both.)
+
 Rows and windows. A batch has B rows. Each row is a stream of pairs, the concatenation of the
 sentences dealt to it; window k of a row holds pairs [kU, kU + U) of its stream, so consecutive
 windows of a row are contiguous and the trainer can carry each row's LSTM state from one window to
-the next (truncated BPTT). Each sentence, in corpus order, is dealt to the row with the fewest
-pending pairs (ties: the lowest row), and a window is cut as soon as every row holds U pairs; the
-backward row holds the same sentences at the same places, each reversed. Rows stay balanced: a
-row never holds more than about U + (longest sentence + 1) + (pairs of one 64-line chunk) / B
-pending pairs, whatever the mix of sentence lengths.
+the next (truncated BPTT). Each sentence, in stream order, is dealt to the row with the fewest
+pending pairs (ties: the lowest row), and a window is cut as soon as every row holds U pairs. Rows
+stay balanced: a row never holds more than about U + (longest sentence + 1) + (pairs of one 64-line
+chunk) / B pending pairs, whatever the mix of sentence lengths.
 
 Pipeline (all tf.data, no Python iteration, so `tf.train.Checkpoint(iterator=iterator)` saves the
-exact position: epoch, file offset, shuffle block, pending pairs):
-  epochs (range or counter) -> files (order shuffled per epoch) -> lines (shuffled per block of
-  `shuffle_buffer`) -> chunks of 64 lines -> pairs (parallel map) -> `scan` dealing sentences to rows
-  and cutting windows -> char ids and target ids (parallel map) -> prefetch.
-Shuffles are stateless functions of (seed, epoch, block): deterministic, independent of any global
-seed, and restored exactly from a checkpoint.
+exact position: epoch, file offset, shuffled file, pending pairs), once per direction:
+  epochs (range or counter) -> files (order shuffled per epoch) -> each file's lines (shuffled as a
+  whole, like the original's shard) -> chunks of 64 lines -> pairs (parallel map) -> `scan` dealing
+  sentences to rows and cutting windows; then both directions zipped -> char ids and target ids
+  (parallel map) -> prefetch.
+Shuffles are stateless functions of (seed, direction, epoch, file): deterministic, independent of any
+global seed, and restored exactly from a checkpoint.
 
 Shapes: B batch rows, U unroll steps, C chars per token, L longest pending row, P pairs in a chunk,
 s sentences in a chunk, k windows cut in one scan step.
@@ -40,8 +44,11 @@ from elmo_tf import char_ids
 from elmo_tf.vocab import Vocabulary
 
 # Columns of a pair in the scan buffer.
-_FW_INPUT, _FW_TARGET, _BW_INPUT, _BW_TARGET = range(4)
-_NUM_COLUMNS = 4
+_INPUT, _TARGET = range(2)
+_NUM_COLUMNS = 2
+# Shuffling a whole file: one block holds every line (block keys of a file stay apart below this many blocks).
+_WHOLE_FILE = 1 << 62
+_BLOCKS_PER_FILE = 1 << 32
 # Lines handled per scan step: the per-element overhead of tf.data is paid per chunk, not per
 # sentence. The windows do not depend on it (see `_window_scan`).
 _CHUNK = 64
@@ -102,12 +109,13 @@ def _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars) -> lis
     raise CorpusError(f"The files matching {file_pattern!r} hold no sentence: every line is blank.")
 
 
-def _chunk_pairs(lines: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Lines string `[s]` -> the pairs of their non-blank sentences (s' of them, P pairs in all).
+def _chunk_pairs(lines: tf.Tensor, reverse: bool) -> dict[str, tf.Tensor]:
+    """Lines string `[s]` -> the pairs of one direction for their non-blank sentences (s' of them, P pairs).
 
-    A sentence `w1 .. wn` gives n + 1 pairs (forward input, forward target, backward input, backward target).
-    Returns `pairs` string `[P, 4]`, `sizes` int64 `[s']` (pairs per sentence), and for each pair its
-    `sentence` (index in the chunk) and `offset` (index in its sentence), int64 `[P]`.
+    A sentence `w1 .. wn` gives n + 1 (input, target) pairs: forward `<S> w1 .. wn` -> `w1 .. wn </S>`,
+    backward (`reverse`) `</S> wn .. w1` -> `wn .. w1 <S>`. Returns `pairs` string `[P, 2]`, `sizes`
+    int64 `[s']` (pairs per sentence), and for each pair its `sentence` (index in the chunk) and `offset`
+    (index in its sentence), int64 `[P]`.
     """
     tokens = char_ids.split_whitespace(lines)  # [s, (n)]
     words = tokens.flat_values  # [N]
@@ -126,45 +134,56 @@ def _chunk_pairs(lines: tf.Tensor) -> dict[str, tf.Tensor]:
         return tf.where(use_special, special, tf.gather(words, tf.clip_by_value(index, 0, last_word)))
 
     bos, eos = char_ids.BOS_TOKEN, char_ids.EOS_TOKEN
-    pairs = tf.stack(
-        [
-            word(first + offset - 1, bos, offset == 0),  # forward inputs   <S> w1 .. wn
-            word(first + offset, eos, offset == length),  # forward targets  w1 .. wn </S>
-            word(first + length - offset, eos, offset == 0),  # backward inputs  </S> wn .. w1
-            word(first + length - 1 - offset, bos, offset == length),  # backward targets wn .. w1 <S>
-        ],
-        axis=1,
-    )  # [P, 4]
+    if reverse:
+        inputs = word(first + length - offset, eos, offset == 0)  # </S> wn .. w1
+        targets = word(first + length - 1 - offset, bos, offset == length)  # wn .. w1 <S>
+    else:
+        inputs = word(first + offset - 1, bos, offset == 0)  # <S> w1 .. wn
+        targets = word(first + offset, eos, offset == length)  # w1 .. wn </S>
+    pairs = tf.stack([inputs, targets], axis=1)  # [P, 2]
     return {"pairs": pairs, "sizes": sizes, "sentence": sentence, "offset": offset, "is_end": tf.constant(False)}
 
 
 def _epoch_lines(
-    files: list[str], epoch: tf.Tensor, *, shuffle: bool, seed: int, shuffle_buffer: int
+    files: list[str], epoch: tf.Tensor, *, shuffle: bool, seed: tf.Tensor, shuffle_buffer: Optional[int]
 ) -> tf.data.Dataset:
-    """The lines of one epoch: the files in a shuffled order, lines shuffled in blocks of `shuffle_buffer`.
+    """The lines of one epoch: the files in a shuffled order, each file's lines shuffled as a whole.
 
-    Shuffling is stateless, from (seed, epoch): `Dataset.shuffle` inside the per-epoch function could
-    not be checkpointed, and `repeat()` over a `reshuffle_each_iteration` shuffle does not reshuffle
-    the later epochs identically once the iterator is restored from a checkpoint (TF 2.21).
+    As the original's `LMDataset(shuffle_on_load=True)`, which loads one shard at a time and shuffles all
+    its sentences. With `shuffle_buffer`, each file is shuffled in consecutive blocks of that many lines
+    instead (for shards too large for memory). Shuffling is stateless, from (seed, epoch):
+    `Dataset.shuffle` inside the per-epoch function could not be checkpointed, and `repeat()` over a
+    `reshuffle_each_iteration` shuffle does not reshuffle the later epochs identically once the iterator
+    is restored from a checkpoint (TF 2.21).
     """
     names = tf.constant(files)  # [F]
     if not shuffle:
         return tf.data.Dataset.from_tensor_slices(names).flat_map(tf.data.TextLineDataset)
-    epoch_seed = tf.stack([tf.constant(seed, tf.int64), epoch])  # [2]
+    epoch_seed = tf.random.experimental.stateless_fold_in(seed, epoch, alg="philox")  # [2]
 
     def permute(values, key):  # Philox pinned, so that a saved position means the same on any machine
         key_seed = tf.random.experimental.stateless_fold_in(epoch_seed, key, alg="philox")
         return tf.random.experimental.stateless_shuffle(values, seed=key_seed, alg="philox")
 
-    lines = tf.data.Dataset.from_tensor_slices(permute(names, -1)).flat_map(tf.data.TextLineDataset)
-    blocks = lines.batch(shuffle_buffer).enumerate()  # (block index, lines [<= shuffle_buffer])
-    return blocks.map(_plain(lambda i, block: permute(block, i))).unbatch()
+    block = shuffle_buffer or _WHOLE_FILE
+
+    def file_lines(index, name):  # one file's lines, shuffled per block; the key tells files and blocks apart
+        blocks = tf.data.TextLineDataset(name).batch(block).enumerate()  # (block index, lines [<= block])
+        return blocks.map(_plain(lambda i, lines: permute(lines, index * _BLOCKS_PER_FILE + i))).unbatch()
+
+    return tf.data.Dataset.from_tensor_slices(permute(names, -1)).enumerate().flat_map(_plain(file_lines))
 
 
 def _chunks(
-    files: list[str], *, shuffle: bool, seed: int, shuffle_buffer: int, n_epochs: Optional[int]
+    files: list[str],
+    *,
+    reverse: bool,
+    shuffle: bool,
+    seed: tf.Tensor,
+    shuffle_buffer: Optional[int],
+    n_epochs: Optional[int],
 ) -> tf.data.Dataset:
-    """The `_chunk_pairs` of every chunk of lines, over `n_epochs` epochs (None: forever)."""
+    """The `_chunk_pairs` of one direction for every chunk of lines, over `n_epochs` epochs (None: forever)."""
     epochs = tf.data.Dataset.counter() if n_epochs is None else tf.data.Dataset.range(n_epochs)
 
     def epoch_lines(epoch):
@@ -172,13 +191,13 @@ def _chunks(
 
     lines = epochs.flat_map(_plain(epoch_lines))
     # Epochs are joined before the windowing: the row streams run on from one epoch into the next.
-    return lines.batch(_CHUNK).map(_plain(_chunk_pairs), num_parallel_calls=tf.data.AUTOTUNE)
+    return lines.batch(_CHUNK).map(_plain(lambda chunk: _chunk_pairs(chunk, reverse)), num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _window_scan(batch_size: int, unroll_steps: int):
     """The scan (initial state, step) that deals the sentences of a chunk to rows and cuts every full window.
 
-    State: the pending pairs of each row, string `[B, L, 4]` padded with "" (L = the longest row),
+    State: the pending pairs of each row, string `[B, L, 2]` padded with "" (L = the longest row),
     and the rows' lengths `[B]`. Each sentence goes to the row with the fewest pending pairs (ties:
     the lowest row). Emitting a window takes U pairs from every row, which keeps the rows' order by
     length, so dealing a whole chunk before emitting gives exactly the windows of dealing and
@@ -206,12 +225,12 @@ def _window_scan(batch_size: int, unroll_steps: int):
         return taken % B, taken // B, keys // B
 
     def step(state, chunk):
-        buffer, lengths = state  # [B, L, 4], [B]
+        buffer, lengths = state  # [B, L, 2], [B]
         sentence_rows, starts, lengths = deal(lengths, chunk["sizes"])  # [s], [s], [B]
         # Full windows: k = shortest row // U. At the held-out end: all that is left, the last padded.
         k = tf.where(chunk["is_end"], (tf.reduce_max(lengths) + U - 1) // U, tf.reduce_min(lengths) // U)
         width = tf.maximum(tf.reduce_max(lengths), k * U)
-        buffer = tf.pad(buffer, [[0, 0], [0, width - tf.shape(buffer, out_type=tf.int64)[1]], [0, 0]])  # [B, width, 4]
+        buffer = tf.pad(buffer, [[0, 0], [0, width - tf.shape(buffer, out_type=tf.int64)[1]], [0, 0]])  # [B, width, 2]
         where = tf.stack(
             [
                 tf.gather(sentence_rows, chunk["sentence"]),  # row of each new pair
@@ -219,47 +238,57 @@ def _window_scan(batch_size: int, unroll_steps: int):
             ],
             axis=1,
         )  # [P, 2]
-        buffer = tf.tensor_scatter_nd_update(buffer, where, chunk["pairs"])  # [B, width, 4]
+        buffer = tf.tensor_scatter_nd_update(buffer, where, chunk["pairs"])  # [B, width, 2]
 
-        windows = tf.reshape(buffer[:, : k * U], [B, -1, U, _NUM_COLUMNS])  # [B, k, U, 4]
-        windows = tf.transpose(windows, [1, 0, 2, 3])  # [k, B, U, 4]
+        windows = tf.reshape(buffer[:, : k * U], [B, -1, U, _NUM_COLUMNS])  # [B, k, U, 2]
+        windows = tf.transpose(windows, [1, 0, 2, 3])  # [k, B, U, 2]
         valid = tf.reshape(tf.range(k * U) < lengths[:, None], [B, -1, U])  # [B, k, U]
         valid = tf.transpose(valid, [1, 0, 2])  # [k, B, U]
 
         lengths = tf.maximum(lengths - k * U, 0)
-        buffer = buffer[:, k * U : k * U + tf.reduce_max(lengths)]  # [B, L', 4]
+        buffer = buffer[:, k * U : k * U + tf.reduce_max(lengths)]  # [B, L', 2]
         outputs = (tf.ensure_shape(windows, [None, B, U, _NUM_COLUMNS]), tf.ensure_shape(valid, [None, B, U]))
         return (buffer, lengths), outputs
 
     return initial_state, step
 
 
-def _windows(
-    chunks: tf.data.Dataset, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int
-) -> tf.data.Dataset:
-    """`_chunk_pairs` dicts -> the feature dicts of the module docstring."""
+def _stream_windows(chunks: tf.data.Dataset, *, batch_size: int, unroll_steps: int) -> tf.data.Dataset:
+    """One direction's `_chunk_pairs` dicts -> its windows `(pairs string [B, U, 2], valid bool [B, U])`."""
+    initial_state, step = _window_scan(batch_size, unroll_steps)
+    return chunks.scan(initial_state, _plain(step)).unbatch()
+
+
+def _windows(streams, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int) -> tf.data.Dataset:
+    """The forward and backward `_chunks` streams -> the feature dicts of the module docstring."""
     table = vocab.lookup_table()
     B, U, C = batch_size, unroll_steps, max_chars
-    initial_state, step = _window_scan(B, U)
-    windows = chunks.scan(initial_state, _plain(step)).unbatch()  # ([B, U, 4], [B, U])
+    windows = tf.data.Dataset.zip(
+        tuple(_stream_windows(chunks, batch_size=B, unroll_steps=U) for chunks in streams)
+    )  # ((fw [B, U, 2], valid [B, U]), (bw [B, U, 2], valid [B, U]))
 
-    def features(window, valid):
-        inputs = tf.reshape(tf.stack([window[..., _FW_INPUT], window[..., _BW_INPUT]]), [-1])  # [2BU]
+    def features(forward, backward):
+        (fw, fw_valid), (bw, bw_valid) = forward, backward
+        valid = tf.stack([fw_valid, bw_valid])  # [2, B, U]
+        inputs = tf.reshape(tf.stack([fw[..., _INPUT], bw[..., _INPUT]]), [-1])  # [2BU]
         chars = tf.reshape(char_ids.token_char_ids(inputs, C), [2, B, U, C])  # [2, B, U, C]
-        chars *= tf.cast(valid, tf.int32)[None, :, :, None]  # padding slots: all-zero char ids
-        targets = table.lookup(tf.stack([window[..., _FW_TARGET], window[..., _BW_TARGET]]))  # [2, B, U]
-        targets *= tf.cast(valid, tf.int32)[None]
-        weights = tf.cast(valid, tf.float32)  # [B, U]
-        return {
-            "char_ids_forward": tf.ensure_shape(chars[0], [B, U, C]),
-            "targets_forward": tf.ensure_shape(targets[0], [B, U]),
-            "weights_forward": tf.ensure_shape(weights, [B, U]),
-            "char_ids_backward": tf.ensure_shape(chars[1], [B, U, C]),
-            "targets_backward": tf.ensure_shape(targets[1], [B, U]),
-            "weights_backward": tf.ensure_shape(weights, [B, U]),
-        }
+        chars *= tf.cast(valid, tf.int32)[..., None]  # padding slots: all-zero char ids
+        targets = table.lookup(tf.stack([fw[..., _TARGET], bw[..., _TARGET]]))  # [2, B, U]
+        targets *= tf.cast(valid, tf.int32)
+        weights = tf.cast(valid, tf.float32)  # [2, B, U]
+        features = {}
+        for d, direction in enumerate(("forward", "backward")):
+            features[f"char_ids_{direction}"] = tf.ensure_shape(chars[d], [B, U, C])
+            features[f"targets_{direction}"] = tf.ensure_shape(targets[d], [B, U])
+            features[f"weights_{direction}"] = tf.ensure_shape(weights[d], [B, U])
+        return features
 
     return windows.map(_plain(features), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def _stream_seed(seed: int, reverse: bool) -> tf.Tensor:
+    """The shuffle seed of one direction's stream: the two streams are shuffled independently."""
+    return tf.constant([seed, int(reverse)], tf.int64)
 
 
 def lm_windows(
@@ -272,7 +301,7 @@ def lm_windows(
     n_epochs: Optional[int] = None,
     shuffle: bool = True,
     seed: int = 0,
-    shuffle_buffer: int = 10000,
+    shuffle_buffer: Optional[int] = None,
 ) -> tf.data.Dataset:
     """Training windows over a corpus, for truncated BPTT with the state carried per batch row.
 
@@ -284,9 +313,12 @@ def lm_windows(
       max_chars: C, `max_characters_per_token` of the model.
       n_epochs: passes over the corpus; None repeats forever. The streams run on from one epoch into
         the next; the last partial windows of a finite run are dropped.
-      shuffle: shuffle the file order and the lines, differently in each epoch.
+      shuffle: shuffle the file order and the lines of each file, differently in each epoch and
+        independently for the forward and the backward stream (as the original's two `LMDataset`s).
       seed: seed of the shuffles (they do not depend on TF's global seed).
-      shuffle_buffer: lines are shuffled in consecutive blocks of this many lines (blank ones included).
+      shuffle_buffer: None (default) shuffles each file's lines as a whole, as the original does with a
+        shard (the file is held in memory); an integer shuffles them in consecutive blocks of that many
+        lines (blank ones included) instead, for files too large for memory.
 
     Returns:
       A dataset of dicts: `char_ids_forward`, `char_ids_backward` int32 `[B, U, C]`;
@@ -296,12 +328,22 @@ def lm_windows(
     files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars)
     if n_epochs is not None and (not _is_int(n_epochs) or n_epochs < 1):
         raise ValueError(f"`n_epochs` must be None (repeat forever) or an integer >= 1; received {n_epochs!r}.")
-    if not _is_int(shuffle_buffer) or shuffle_buffer < 1:
-        raise ValueError(f"`shuffle_buffer` must be an integer >= 1; received {shuffle_buffer!r}.")
+    if shuffle_buffer is not None and (not _is_int(shuffle_buffer) or shuffle_buffer < 1):
+        raise ValueError(f"`shuffle_buffer` must be None (whole files) or an integer >= 1; received {shuffle_buffer!r}.")
     if not _is_int(seed):
         raise ValueError(f"`seed` must be an integer; received {seed!r}.")
-    chunks = _chunks(files, shuffle=shuffle, seed=seed, shuffle_buffer=shuffle_buffer, n_epochs=n_epochs)
-    return _windows(chunks, vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
+    streams = [
+        _chunks(
+            files,
+            reverse=reverse,
+            shuffle=shuffle,
+            seed=_stream_seed(seed, reverse),
+            shuffle_buffer=shuffle_buffer,
+            n_epochs=n_epochs,
+        )
+        for reverse in (False, True)
+    ]
+    return _windows(streams, vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
 
 
 def heldout_windows(
@@ -314,9 +356,12 @@ def heldout_windows(
     summing the weighted losses counts every held-out token (n + 1 per sentence) exactly once.
     """
     files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars)
-    chunks = _chunks(files, shuffle=False, seed=0, shuffle_buffer=1, n_epochs=1)
     none = tf.zeros([0], tf.int64)
     end = {"pairs": tf.zeros([0, _NUM_COLUMNS], tf.string), "sizes": none, "sentence": none, "offset": none}
     end["is_end"] = tf.constant(True)  # no sentence; tells the scan to flush what is left
-    chunks = chunks.concatenate(tf.data.Dataset.from_tensors(end))
-    return _windows(chunks, vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
+    streams = [
+        _chunks(files, reverse=reverse, shuffle=False, seed=_stream_seed(0, reverse), shuffle_buffer=None, n_epochs=1)
+        .concatenate(tf.data.Dataset.from_tensors(end))
+        for reverse in (False, True)
+    ]  # both in file order, so both directions deal the same sentences to the same rows
+    return _windows(streams, vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)

@@ -69,7 +69,7 @@ def main(argv):
     if FLAGS.batch_size < 1:
         raise usage_error(f"--batch_size must be >= 1; got {FLAGS.batch_size}.")
     if FLAGS.max_batch_tokens < 1:
-        raise _usage_error(f"--max_batch_tokens must be >= 1; got {FLAGS.max_batch_tokens}.")
+        raise usage_error(f"--max_batch_tokens must be >= 1; got {FLAGS.max_batch_tokens}.")
     if FLAGS.chunk_lines < 1:
         raise usage_error(f"--chunk_lines must be >= 1; got {FLAGS.chunk_lines}.")
 

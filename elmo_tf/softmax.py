@@ -4,7 +4,7 @@ Both LM directions share one softmax over the vocabulary (Peters et al. 2018, §
 drawn from the log-uniform (Zipfian) distribution over ids sorted by descending frequency, as the
 original's `tf.nn.sampled_softmax_loss` default. Sampling here is *stateless*: the negatives are a
 pure function of a seed, so that a resumed run draws the same negatives as an uninterrupted one, and
-all replicas of a step share one draw (a 3-replica step equals a 1-replica step on the same batch).
+all replicas of a step share the step's draws (a 3-replica step equals a 1-replica step on the same batch).
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """Training the biLM: distribution strategy, Adagrad, sampled softmax, truncated BPTT, checkpoints, evaluation.
 
-The recipe is the original's (bilm-tf): forward and backward LMs share one softmax; the loss is the
-mean of the two directions' sampled-softmax losses; Adagrad (learning rate 0.2, initial accumulator
-1.0); gradients clipped to a global norm of 10; dropout 0.1; windows of 20 tokens with each batch
-row's LSTM state carried from one window to the next.
+The recipe is the original's (bilm-tf), audited line by line in docs/TRAINING.md: forward and backward
+LMs share one softmax, each direction draws its own negatives; the loss is the mean of the two
+directions' sampled-softmax losses, and the gradients are those of `unroll_steps` x that loss (as
+bilm-tf's `compute_gradients(loss * unroll_steps)`), averaged over replicas and clipped to a global norm
+of 10; Adagrad (learning rate 0.2, initial accumulator 1.0, no epsilon); dropout 0.1; windows of 20
+tokens with each batch row's LSTM state carried from one window to the next.
 
 Distribution: one global batch per step, split by rows across the replicas of a
 `tf.distribute.Strategy` (MirroredStrategy on the visible GPUs, MultiWorkerMirroredStrategy across
-machines). All replicas of a step share one draw of negatives; gradients are summed across replicas
-and then clipped, so a step on N replicas equals a step on one device (up to float rounding).
+machines). All replicas of a step share the step's draws of negatives; gradients are averaged across
+replicas and then clipped, so a step on N replicas equals a step on one device (up to float rounding).
 
 Everything needed to continue exactly is in the checkpoint: model, softmax, optimizer slots, step,
 the carried LSTM states and the tf.data iterator (the data position). Randomness (negatives, dropout)
@@ -86,8 +88,12 @@ class TrainConfig:
       batch_size: rows per replica; the global batch is batch_size * replicas.
       unroll_steps: tokens per window (truncated BPTT length).
       n_negative_samples: negatives per step for the sampled softmax (>= vocab size: full softmax).
-      learning_rate, initial_accumulator_value: Adagrad.
+      learning_rate, initial_accumulator_value: Adagrad (the original's update, without an epsilon).
       clip_norm: global gradient-norm clip.
+      scale_loss_by_unroll_steps: take the gradients of `unroll_steps` x the mean loss, as the original does
+        (with clip_norm 10 and Adagrad's initial accumulator of 1, its steps are ~10x those of the plain
+        mean loss). False: the gradients of the mean loss itself (per-token scale; learns far slower with
+        the original's learning rate).
       dropout: LSTM-input and softmax-input dropout rate.
       seed: seeds the data order, negatives and dropout.
       max_steps: stop after this many steps (None: run the data's epochs).
@@ -104,6 +110,7 @@ class TrainConfig:
     learning_rate: float = 0.2
     initial_accumulator_value: float = 1.0
     clip_norm: float = 10.0
+    scale_loss_by_unroll_steps: bool = True
     dropout: float = 0.1
     seed: int = 0
     max_steps: Optional[int] = None
@@ -127,12 +134,35 @@ class TrainConfig:
             raise ValueError("Set `max_steps` or `n_epochs` (or both); otherwise training never ends.")
         if not self.learning_rate > 0:
             raise ValueError(f"`learning_rate` must be > 0; received {self.learning_rate!r}.")
+        if not self.initial_accumulator_value > 0:
+            raise ValueError(
+                f"`initial_accumulator_value` must be > 0 (Adagrad divides by its root); "
+                f"received {self.initial_accumulator_value!r}."
+            )
+        if not isinstance(self.scale_loss_by_unroll_steps, bool):
+            raise ValueError(f"`scale_loss_by_unroll_steps` must be True or False; received {self.scale_loss_by_unroll_steps!r}.")
         if not self.clip_norm > 0:
             raise ValueError(f"`clip_norm` must be > 0; received {self.clip_norm!r}.")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1); received {self.dropout!r}.")
         if self.eval_every < 0:
             raise ValueError(f"`eval_every` must be >= 0; received {self.eval_every!r}.")
+
+
+def recipe_config(bilm_config: BiLMConfig, **overrides: Any) -> TrainConfig:
+    """The `TrainConfig` of a model's recipe: batch, window, negatives, dropout and clip from its options'
+    training fields (the original's `options.json` names), the original's defaults where a field is absent;
+    `overrides` set any other field (e.g. `max_steps`) or replace one of those."""
+    recipe = bilm_config.training
+    settings: dict[str, Any] = dict(
+        batch_size=recipe.get("batch_size", 128),
+        unroll_steps=recipe.get("unroll_steps", 20),
+        n_negative_samples=recipe.get("n_negative_samples_batch", 8192),
+        dropout=recipe.get("dropout", 0.1),
+        clip_norm=float(recipe.get("all_clip_norm_val", 10.0)),
+    )
+    settings.update(overrides)
+    return TrainConfig(**settings)
 
 
 def training_options(bilm_config: BiLMConfig, vocab: Vocabulary, train_config: TrainConfig) -> BiLMConfig:
@@ -205,9 +235,11 @@ class Trainer:
             self.softmax = LMSoftmax(vocab.size, self.bilm_config.lstm.output_dim, name="softmax")
             self.softmax.build()
             self.variables = list(self.model.trainable_weights) + list(self.softmax.trainable_weights)
+            # epsilon 0: the original's update (TF1 ApplyAdagrad), var -= lr * g / sqrt(accumulator).
             self.optimizer = keras.optimizers.Adagrad(
                 learning_rate=train_config.learning_rate,
                 initial_accumulator_value=train_config.initial_accumulator_value,
+                epsilon=0.0,
             )
             self.optimizer.build(self.variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -225,7 +257,7 @@ class Trainer:
         base = tf.stack([tf.constant(self.train_config.seed, tf.int64), tf.cast(step, tf.int64)])
         return tf.random.experimental.stateless_fold_in(base, purpose)
 
-    def _replica_loss(self, batch, states, sampled, num_tries, dropout_seed):
+    def _replica_loss(self, batch, states, negatives, dropout_seed):
         """Per replica: its rows of the global batch -> (loss_forward, loss_backward, final states)."""
         ctx = tf.distribute.get_replica_context()
         rows = self.train_config.batch_size
@@ -245,30 +277,43 @@ class Trainer:
                 )
             labels = tf.reshape(targets, [-1])
             if self.use_sampled:
-                per_token = self.softmax.sampled_loss(h, labels, sampled, num_tries)
+                per_token = self.softmax.sampled_loss(h, labels, *negatives[d])
             else:
                 per_token = self.softmax.full_loss(h, labels)
             losses.append(tf.reduce_mean(per_token))
         return losses[0], losses[1], final
 
+    def negatives(self, step) -> list[tuple[tf.Tensor, tf.Tensor]]:
+        """The sampled-softmax negatives of a step, one draw per direction: `[(ids, num_tries)] * 2`.
+
+        Each direction draws its own (the original calls `tf.nn.sampled_softmax_loss` once per direction,
+        each with its own sampler); every replica of the step uses the same two draws. Empty with the full
+        softmax.
+        """
+        draws = []
+        for d in range(len(DIRECTIONS)):
+            if self.use_sampled:
+                seed = tf.random.experimental.stateless_fold_in(self._seed(step, 1), d)
+                draws.append(sample_log_uniform_unique(seed, self.train_config.n_negative_samples, self.vocab.size))
+            else:
+                draws.append((tf.zeros([0], tf.int64), tf.constant(0.0)))
+        return draws
+
     @tf.function
     def _train_step(self, batch):
         step = self.step.read_value()
-        if self.use_sampled:
-            sampled, num_tries = sample_log_uniform_unique(
-                self._seed(step, 1), self.train_config.n_negative_samples, self.vocab.size
-            )
-        else:
-            sampled, num_tries = tf.zeros([0], tf.int64), tf.constant(0.0)
+        negatives = self.negatives(step)
         states = [s.read_value() for s in self.states]
         dropout_seed = self._seed(step, 2)
+        # The original takes the gradients of unroll_steps x the loss (then averages the towers and clips).
+        loss_scale = float(self.train_config.unroll_steps) if self.train_config.scale_loss_by_unroll_steps else 1.0
 
-        def replica_fn(batch, states, sampled, num_tries):
+        def replica_fn(batch, states, negatives):
             ctx = tf.distribute.get_replica_context()
             with tf.GradientTape() as tape:
-                loss_f, loss_b, final = self._replica_loss(batch, states, sampled, num_tries, dropout_seed)
+                loss_f, loss_b, final = self._replica_loss(batch, states, negatives, dropout_seed)
                 loss = 0.5 * (loss_f + loss_b)
-                scaled = loss / ctx.num_replicas_in_sync  # gradients are summed across replicas
+                scaled = loss * (loss_scale / ctx.num_replicas_in_sync)  # summed across replicas = the towers' mean
             grads = tape.gradient(scaled, self.variables)
             grads = [tf.convert_to_tensor(g) for g in grads]  # the softmax gradient arrives as IndexedSlices
             # Clip by the norm of the *summed* gradient (as on one device): the sum is needed for the norm;
@@ -279,7 +324,7 @@ class Trainer:
             self.optimizer.apply([g * scale for g in grads], self.variables)
             return loss_f, loss_b, norm, tf.nest.flatten(final)
 
-        loss_f, loss_b, norm, final = self.strategy.run(replica_fn, args=(batch, states, sampled, num_tries))
+        loss_f, loss_b, norm, final = self.strategy.run(replica_fn, args=(batch, states, negatives))
         for variable, value in zip(self.states, final):
             variable.assign(self.strategy.gather(value, axis=0))
         self.step.assign_add(1)

@@ -115,12 +115,9 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
     else:
         vocab = Vocabulary.build(corpus["train_glob"], max_size=recipe.get("n_tokens_vocab", 20000))
         vocab.to_file(vocab_file)
-    train_config = training.TrainConfig(
-        batch_size=recipe.get("batch_size", 32),
-        unroll_steps=recipe.get("unroll_steps", 20),
+    train_config = training.recipe_config(
+        config,
         n_negative_samples=min(recipe.get("n_negative_samples_batch", 2048), vocab.size),
-        dropout=recipe.get("dropout", 0.1),
-        clip_norm=float(recipe.get("all_clip_norm_val", 10.0)),
         seed=seed,
         max_steps=steps,
         checkpoint_every=max(1, min(100, eval_every)),

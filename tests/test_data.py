@@ -68,17 +68,19 @@ def decode(row: np.ndarray):
     return bytes(int(x) - 1 for x in row[1:end]).decode("utf-8")
 
 
-def reference(sentences, batch_size, unroll_steps, flush=False):
-    """The recipe in plain Python, one sentence at a time.
+def stream_windows(sentences, batch_size, unroll_steps, reverse=False, flush=False):
+    """One direction's windows in plain Python, one sentence at a time.
 
-    Returns the windows (each B rows of U (fw input, fw target, bw input, bw target) pairs, None for
-    padding) and the most pairs a row ever held pending.
+    Returns the windows (each B rows of U (input, target) pairs, None for padding) and the most pairs a
+    row ever held pending.
     """
     rows = [[] for _ in range(batch_size)]
     windows, most_pending = [], 0
     for words in sentences:
-        reverse = words[::-1]
-        pairs = list(zip(["<S>"] + words, words + ["</S>"], ["</S>"] + reverse, reverse + ["<S>"]))
+        if reverse:
+            pairs = list(zip(["</S>"] + words[::-1], words[::-1] + ["<S>"]))
+        else:
+            pairs = list(zip(["<S>"] + words, words + ["</S>"]))
         row = min(range(batch_size), key=lambda b: (len(rows[b]), b))
         rows[row].extend(pairs)
         most_pending = max(most_pending, len(rows[row]))
@@ -91,18 +93,37 @@ def reference(sentences, batch_size, unroll_steps, flush=False):
     return windows, most_pending
 
 
+def reference(sentences, batch_size, unroll_steps, flush=False, backward_sentences=None):
+    """The recipe in plain Python: the forward stream reads `sentences`, the backward stream (each sentence
+    reversed) reads `backward_sentences` (default: the same, as both do in file order).
+
+    Returns the windows (each B rows of U (fw input, fw target, bw input, bw target) pairs, None for
+    padding) and the most pairs a forward row ever held pending.
+    """
+    forward, most_pending = stream_windows(sentences, batch_size, unroll_steps, flush=flush)
+    backward, _ = stream_windows(
+        sentences if backward_sentences is None else backward_sentences, batch_size, unroll_steps, True, flush
+    )
+    windows = [
+        [[(f or (None, None)) + (b or (None, None)) for f, b in zip(fw_row, bw_row)]
+         for fw_row, bw_row in zip(fw, bw)]
+        for fw, bw in zip(forward, backward)
+    ]
+    return windows, most_pending
+
+
 def expected_batches(windows, vocab):
     batches = []
     for window in windows:
         batch = {}
         for direction, (inp, tgt) in (("forward", (0, 1)), ("backward", (2, 3))):
             batch[f"char_ids_{direction}"] = np.array(
-                [[python_char_ids(p[inp]) if p else [0] * C for p in row] for row in window], np.int32
+                [[python_char_ids(p[inp]) if p[inp] else [0] * C for p in row] for row in window], np.int32
             )
             batch[f"targets_{direction}"] = np.array(
-                [[vocab.id_of(p[tgt]) if p else 0 for p in row] for row in window], np.int32
+                [[vocab.id_of(p[tgt]) if p[tgt] else 0 for p in row] for row in window], np.int32
             )
-            batch[f"weights_{direction}"] = np.array([[1.0 if p else 0.0 for p in row] for row in window], np.float32)
+            batch[f"weights_{direction}"] = np.array([[1.0 if p[tgt] else 0.0 for p in row] for row in window], np.float32)
         batches.append(batch)
     return batches
 
@@ -137,15 +158,26 @@ def split_sentences(stream, start):
     return sentences
 
 
-def shuffled_order(files, n_epochs, seed, shuffle_buffer):
-    """The sentence order the pipeline reads, from its own first stage."""
-    chunks = data._chunks(files, shuffle=True, seed=seed, shuffle_buffer=shuffle_buffer, n_epochs=n_epochs)
-    order = []
-    for chunk in chunks.as_numpy_iterator():
-        starts = np.cumsum(chunk["sizes"]) - chunk["sizes"]
-        for start, size in zip(starts, chunk["sizes"]):
-            order.append([t.decode() for t in chunk["pairs"][start + 1 : start + size, 0]])
-    return order
+def stream_orders(pattern, vocab, n_epochs, seed, shuffle_buffer, corpus):
+    """The sentence orders of the forward and the backward stream, read off a one-row run of the pipeline.
+
+    With one row, a stream is its sentences one after the other; the last one may be cut by the dropped
+    tail and is completed from `corpus` (the sentence of the last epoch not seen yet).
+    """
+    ds = data.lm_windows(
+        pattern, vocab, batch_size=1, unroll_steps=5, max_chars=C, n_epochs=n_epochs, seed=seed, shuffle_buffer=shuffle_buffer
+    )
+    got = collect(ds)
+    orders = []
+    for key, start in (("char_ids_forward", "<S>"), ("char_ids_backward", "</S>")):
+        sentences = split_sentences(row_tokens(got, key)[0], start)
+        if start == "</S>":
+            sentences = [s[::-1] for s in sentences]
+        last_epoch = sentences[(n_epochs - 1) * len(corpus) : -1]
+        missing = [s for s in corpus if s not in last_epoch]
+        assert len(sentences) == n_epochs * len(corpus) and len(missing) == 1
+        orders.append(sentences[:-1] + missing)
+    return orders
 
 
 def test_element_spec_static_shapes(tmp_path):
@@ -192,23 +224,39 @@ def test_windows_follow_the_recipe_in_corpus_order(tmp_path):
                 assert row_targets[t] == vocab.id_of(following)
 
 
-def test_shuffled_epochs_hold_every_sentence_once_each(tmp_path):
-    pattern = write_corpus(tmp_path)
-    files = sorted(str(p) for p in tmp_path.glob("shard-*.txt"))
-    vocab = make_vocab()
-    order = shuffled_order(files, n_epochs=3, seed=7, shuffle_buffer=4)
-    corpus = sorted(map(tuple, corpus_sentences()))
+@pytest.mark.parametrize("shuffle_buffer", [None, 4])
+def test_shuffled_epochs_hold_every_sentence_once_each(tmp_path, shuffle_buffer):
+    """Each epoch: every sentence once, files one after the other, each file's lines shuffled as a whole (or in
+    blocks of shuffle_buffer lines); reshuffled each epoch; the backward stream shuffled independently."""
+    lines = [f"s{i} w{i % 3}" for i in range(40)]  # one sentence per line, no blank lines
+    shards = {"shard-0.txt": lines[:24], "shard-1.txt": lines[24:]}
+    pattern = write_corpus(tmp_path, shards)
+    corpus = corpus_sentences(shards)
+    vocab = Vocabulary.from_counts(collections.Counter(w for s in corpus for w in s))
     n = len(corpus)
-    epochs = [order[i * n : (i + 1) * n] for i in range(3)]
-    assert len(order) == 3 * n
-    for epoch in epochs:
-        assert sorted(map(tuple, epoch)) == corpus  # each epoch: every sentence exactly once
-    assert epochs[0] != epochs[1] != epochs[2] and epochs[0] != corpus_sentences()  # reshuffled each epoch
+    forward, backward = stream_orders(pattern, vocab, 3, 7, shuffle_buffer, corpus)
+    for order in (forward, backward):
+        epochs = [order[i * n : (i + 1) * n] for i in range(3)]
+        for epoch in epochs:
+            assert sorted(map(tuple, epoch)) == sorted(map(tuple, corpus))  # each epoch: every sentence once
+            index = [corpus.index(s) for s in epoch]
+            first_file = index[0] < 24
+            file_of = [i < 24 for i in index]
+            assert file_of == [first_file] * (24 if first_file else 16) + [not first_file] * (16 if first_file else 24)
+            if shuffle_buffer:
+                # a block of 4 lines of a file is read as 4 consecutive lines of the stream
+                for offset in range(0, n, 4):
+                    group = index[offset : offset + 4]
+                    assert len({(i < 24, (i if i < 24 else i - 24) // 4) for i in group}) == 1
+            else:  # the whole file is one block: lines far apart in the file meet early in the stream
+                assert max(abs(a - b) for a, b in zip(index, index[1:])) > 8
+        assert epochs[0] != epochs[1] != epochs[2] and epochs[0] != corpus  # reshuffled each epoch
+    assert forward[:n] != backward[:n]  # the two directions read independent orders
 
     ds = data.lm_windows(
-        pattern, vocab, batch_size=2, unroll_steps=5, max_chars=C, n_epochs=3, seed=7, shuffle_buffer=4
+        pattern, vocab, batch_size=2, unroll_steps=5, max_chars=C, n_epochs=3, seed=7, shuffle_buffer=shuffle_buffer
     )
-    windows, _ = reference(order, 2, 5)
+    windows, _ = reference(forward, 2, 5, backward_sentences=backward)
     assert_batches_equal(collect(ds), expected_batches(windows, vocab))
 
 
@@ -321,7 +369,7 @@ def test_blank_lines_and_padding_tokens_never_reach_the_rows(tmp_path):
         (dict(unroll_steps=2.5), ValueError, r"`unroll_steps` must be an integer >= 1; received 2.5"),
         (dict(max_chars=2), ValueError, r"`max_chars` must be an integer >= 3; received 2"),
         (dict(n_epochs=0), ValueError, r"`n_epochs` must be None \(repeat forever\) or an integer >= 1; received 0"),
-        (dict(shuffle_buffer=0), ValueError, r"`shuffle_buffer` must be an integer >= 1; received 0"),
+        (dict(shuffle_buffer=0), ValueError, r"`shuffle_buffer` must be None \(whole files\) or an integer >= 1; received 0"),
         (dict(seed="7"), ValueError, r"`seed` must be an integer; received '7'"),
         (dict(vocab=["<S>", "</S>", "<UNK>"]), TypeError, r"`vocab` must be an elmo_tf.vocab.Vocabulary; .* list"),
     ],

@@ -74,11 +74,12 @@ class CharCNN(keras.layers.Layer):
         )
         # Weights are attributes (not list items) so that tf.train.Checkpoint tracks them by name.
         for k, (width, count) in enumerate(self.filters):
-            # The original's training initialisation: scaled normal for relu, small uniform for tanh.
+            # The original's training initialisation: uniform +-0.05 for relu (Kim et al. 2015), a normal of
+            # variance 1 / (width * embedding_dim) for tanh.
             if self.activation == "relu":
-                init = keras.initializers.RandomNormal(stddev=(1.0 / (width * self.embedding_dim)) ** 0.5)
-            else:
                 init = keras.initializers.RandomUniform(-0.05, 0.05)
+            else:
+                init = keras.initializers.RandomNormal(stddev=(1.0 / (width * self.embedding_dim)) ** 0.5)
             kernel = self.add_weight(name=f"W_cnn_{k}", shape=(width, self.embedding_dim, count), initializer=init)
             setattr(self, f"W_cnn_{k}", kernel)
             setattr(self, f"b_cnn_{k}", self.add_weight(name=f"b_cnn_{k}", shape=(count,), initializer="zeros"))

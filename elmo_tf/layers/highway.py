@@ -38,8 +38,12 @@ class Highway(keras.layers.Layer):
         self.dim = dim
         # Weights are attributes (not list items) so that tf.train.Checkpoint tracks them by name.
         for h in range(self.num_layers):
-            init = keras.initializers.RandomNormal(stddev=(1.0 / dim) ** 0.5)
-            setattr(self, f"W_carry_{h}", self.add_weight(name=f"W_carry_{h}", shape=(dim, dim), initializer=init))
+            # One initializer per weight: a Keras initializer fixes its seed when it is made, so sharing one
+            # would start W_carry and W_transform identical (the original draws them independently).
+            def init():
+                return keras.initializers.RandomNormal(stddev=(1.0 / dim) ** 0.5)
+
+            setattr(self, f"W_carry_{h}", self.add_weight(name=f"W_carry_{h}", shape=(dim, dim), initializer=init()))
             # -2 biases the gate towards passing x through at the start of training (as the original).
             setattr(
                 self,
@@ -47,7 +51,7 @@ class Highway(keras.layers.Layer):
                 self.add_weight(name=f"b_carry_{h}", shape=(dim,), initializer=keras.initializers.Constant(-2.0)),
             )
             setattr(
-                self, f"W_transform_{h}", self.add_weight(name=f"W_transform_{h}", shape=(dim, dim), initializer=init)
+                self, f"W_transform_{h}", self.add_weight(name=f"W_transform_{h}", shape=(dim, dim), initializer=init())
             )
             setattr(
                 self, f"b_transform_{h}", self.add_weight(name=f"b_transform_{h}", shape=(dim,), initializer="zeros")

@@ -154,3 +154,17 @@ def test_embed_resumes_after_a_full_disk(cli):
         assert sorted(f.keys()) == sorted([str(i) for i in range(len(EMBED_LINES))] + ["sentence_to_index"])
         for i, line in enumerate(EMBED_LINES):
             np.testing.assert_allclose(f[str(i)][...], want[tuple(line.split())], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_embed_max_batch_tokens_out_of_range(tmp_path, value):
+    """--max_batch_tokens below 1: a usage message naming the flag and the range, exit status 2 (it once
+    crashed with a NameError)."""
+    (tmp_path / "lines.txt").write_text("the cat\n")
+    result = run_child(["-m", "elmo_tf.embed", f"--input_file={tmp_path / 'lines.txt'}",
+                        f"--output_file={tmp_path / 'out.hdf5'}", f"--options_file={OPTIONS}", f"--weight_file={WEIGHTS}",
+                        f"--max_batch_tokens={value}", "--noprogress"])  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert f"--max_batch_tokens must be >= 1; got {value}." in result.stderr
+    assert not (tmp_path / "out.hdf5").exists()
