@@ -92,11 +92,19 @@ def main(argv):
         for line in f:  # a resumed run repeats the steps after its last checkpoint: the last record wins
             record = json.loads(line)
             steps[record["step"]] = record
+    # Held-out results are kept with the run, so that rerunning the finished command only reports again.
+    heldout_path = os.path.join(FLAGS.save_dir, "heldout.json")
+    done = json.load(open(heldout_path)) if os.path.exists(heldout_path) else {}
     heldout = {}
     for path in FLAGS.heldout:
-        result = trainer.evaluate(path)
-        heldout[os.path.basename(path)] = result
-        print(f"held-out {os.path.basename(path)}: {result}", flush=True)
+        key = f"{os.path.abspath(path)}@{max(steps)}"
+        if key not in done:
+            done[key] = trainer.evaluate(path)
+            with open(heldout_path + ".tmp", "w") as f:
+                json.dump(done, f, indent=1)
+            os.replace(heldout_path + ".tmp", heldout_path)
+        heldout[os.path.basename(path)] = done[key]
+        print(f"held-out {os.path.basename(path)}: {done[key]}", flush=True)
     report(steps, heldout, tc, vocab_sha256)
 
 
@@ -136,7 +144,7 @@ def report(steps, heldout, tc, vocab_sha256):
                 row["elmo_tf at bilm-tf's steps"] = sum(at) / len(at)
         tables[size] = rows
         print(f"\nSampled train perplexity, means over {size}-step windows (bilm-tf: its prints every 100 steps)")
-        common.print_table(rows, ["steps", "elmo_tf", "bilm-tf", "ratio", "elmo_tf at bilm-tf's steps"])
+        common.print_table([_ratio_text(r) for r in rows], ["steps", "elmo_tf", "bilm-tf", "ratio", "elmo_tf at bilm-tf's steps"])
     held_rows = []
     for name, result in heldout.items():
         row = {"file": name, "perplexity": result["perplexity"], "forward": result["perplexity_forward"],
@@ -146,7 +154,7 @@ def report(steps, heldout, tc, vocab_sha256):
             row["ratio"] = row["perplexity"] / row["bilm-tf"]
         held_rows.append(row)
     print(f"\nHeld-out perplexity after {last:,} steps (full softmax, state carried; mean = exp of the mean of both directions' losses)")
-    common.print_table(held_rows, ["file", "perplexity", "forward", "backward", "bilm-tf", "ratio", "tokens"])
+    common.print_table([_ratio_text(r) for r in held_rows], ["file", "perplexity", "forward", "backward", "bilm-tf", "ratio", "tokens"])
     times = sorted((s, r["time"]) for s, r in steps.items())
     tokens_per_step = tc.batch_size * tc.unroll_steps
     common.save(FLAGS.name, {
@@ -161,6 +169,10 @@ def report(steps, heldout, tc, vocab_sha256):
         "last_session_tokens_per_second": _rate(times, tokens_per_step),
     })
     plot(ours, reference, tables[100])
+
+
+def _ratio_text(row):
+    return {**row, "ratio": f"{row['ratio']:.3f}"} if "ratio" in row else row
 
 
 def _rate(times, tokens_per_step):
@@ -185,6 +197,8 @@ def plot(ours, reference, rows):
         ax.plot(sorted(reference), [reference[s] for s in sorted(reference)], color="tab:orange", marker=".",
                 label="bilm-tf (its print every 100 steps)")
     ax.set_yscale("log")
+    shown = [r["elmo_tf"] for r in rows[1:]] + list(reference.values())
+    ax.set_ylim(0.85 * min(shown), 1.3 * max(shown))  # the first 100 steps (perplexity 1e3-1e6) are cut off
     ax.set_xlabel("step (batch 32 x 20 tokens)")
     ax.set_ylabel("sampled-softmax train perplexity")
     ax.set_title(f"`{FLAGS.preset}` recipe on the same corpus and vocabulary")
