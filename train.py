@@ -140,23 +140,11 @@ def main(argv):
 
 def _evaluate() -> dict:
     from elmo_tf import training
-    from elmo_tf.config import BiLMConfig
-    from elmo_tf.vocab import Vocabulary
 
-    for name in ("train_config.json", "vocab.txt", "options.json"):
-        if not os.path.isfile(os.path.join(FLAGS.save_dir, name)):
-            raise InputError(f"--save_dir={FLAGS.save_dir} is not a training directory: it has no {name}.")
-    with open(os.path.join(FLAGS.save_dir, "train_config.json")) as f:
-        trainer_config = json.load(f)
-    vocab = Vocabulary.from_file(os.path.join(FLAGS.save_dir, "vocab.txt"))
-    config = BiLMConfig.from_json_file(os.path.join(FLAGS.save_dir, "options.json"))
-    trainer = training.Trainer(config, vocab, training.TrainConfig(**trainer_config), FLAGS.save_dir)
-    prefixes = training.checkpoint_prefixes(os.path.join(FLAGS.save_dir, "checkpoints"))
-    if not prefixes:
-        raise InputError(f"No checkpoint in {FLAGS.save_dir}/checkpoints.")
-    import tensorflow as tf
-
-    training.restore_checkpoint(tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax), prefixes[-1], partial=True)
+    try:
+        trainer = training.restore_trainer(FLAGS.save_dir)
+    except FileNotFoundError as e:
+        raise InputError(f"--save_dir={FLAGS.save_dir}: {e}") from None
     return trainer.evaluate(FLAGS.heldout_prefix)
 
 

@@ -8,7 +8,6 @@ zero state (each in its own row, 256 sentences per call). Prints a table, saves
 benchmarks/results/heldout_protocols.json.
 """
 
-import json
 import math
 import os
 import random
@@ -31,21 +30,12 @@ ROWS_PER_CALL = 256
 
 def main(argv):
     del argv
-    import tensorflow as tf
-
     from elmo_tf import training
-    from elmo_tf.config import BiLMConfig
-    from elmo_tf.vocab import Vocabulary
 
     if not FLAGS.heldout:
         raise app.UsageError("--heldout is required.")
-    with open(os.path.join(FLAGS.save_dir, "train_config.json")) as f:
-        tc = training.TrainConfig(**json.load(f))
-    vocab = Vocabulary.from_file(os.path.join(FLAGS.save_dir, "vocab.txt"))
-    config = BiLMConfig.from_json_file(os.path.join(FLAGS.save_dir, "options.json"))
-    trainer = training.Trainer(config, vocab, tc, tempfile.mkdtemp(prefix="heldout_protocols_"))
+    trainer = training.restore_trainer(FLAGS.save_dir, work_dir=tempfile.mkdtemp(prefix="heldout_protocols_"))
     latest = training.checkpoint_prefixes(os.path.join(FLAGS.save_dir, "checkpoints"))[-1]
-    training.restore_checkpoint(tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax), latest, partial=True)
     scratch = tempfile.mkdtemp(prefix="heldout_protocols_")
 
     def write(name, lines):

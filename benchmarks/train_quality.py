@@ -178,8 +178,7 @@ def _ratio_text(row):
 def _rate(times, tokens_per_step):
     if len(times) < 2:
         return None
-    tail = [t for t in times if t[1] >= 0]
-    (s0, t0), (s1, t1) = tail[-min(len(tail), 200)], tail[-1]
+    (s0, t0), (s1, t1) = times[-min(len(times), 200)], times[-1]
     return (s1 - s0) * tokens_per_step / (t1 - t0) if t1 > t0 else None
 
 

@@ -623,6 +623,27 @@ class Trainer:
         return {f"heldout_{k}": v for k, v in result.items()}
 
 
+def restore_trainer(save_dir: str, work_dir: Optional[str] = None) -> Trainer:
+    """A `Trainer` holding the latest checkpoint of a training `save_dir` (model and softmax), for evaluation.
+
+    Reads the run's `train_config.json`, `vocab.txt` and `options.json`. `work_dir` (default: `save_dir`) is
+    the trainer's own directory; nothing is written to it unless it trains.
+    """
+    for name in ("train_config.json", "vocab.txt", "options.json"):
+        if not os.path.isfile(os.path.join(save_dir, name)):
+            raise FileNotFoundError(f"{save_dir!r} is not a training directory: it has no {name}.")
+    prefixes = checkpoint_prefixes(os.path.join(save_dir, "checkpoints"))
+    if not prefixes:
+        raise FileNotFoundError(f"{save_dir!r} holds no checkpoint under checkpoints/.")
+    with open(os.path.join(save_dir, "train_config.json")) as f:
+        train_config = TrainConfig(**json.load(f))
+    vocab = Vocabulary.from_file(os.path.join(save_dir, "vocab.txt"))
+    config = BiLMConfig.from_json_file(os.path.join(save_dir, "options.json"))
+    trainer = Trainer(config, vocab, train_config, work_dir or save_dir)
+    restore_checkpoint(tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax), prefixes[-1], partial=True)
+    return trainer
+
+
 def restore_bilm(save_dir: str) -> BiLM:
     """The `BiLM` of the latest checkpoint in a training `save_dir` (for export and evaluation)."""
     options = os.path.join(save_dir, "options.json")
