@@ -43,9 +43,9 @@ FLAGS = flags.FLAGS
 def export_random_module(preset: str, folder: str) -> str:
     import keras
 
-    from elmo_tf import presets
-    from elmo_tf.bilm import BiLM
-    from elmo_tf.hub_export import export_module
+    from elmo_tf.model import presets
+    from elmo_tf.model.bilm import BiLM
+    from elmo_tf.export.hub import export_module
 
     keras.utils.set_random_seed(0)
     model = BiLM(presets.preset(preset))

@@ -3,7 +3,7 @@
     python benchmarks/embed_speed.py [--preset=original] [--batch_sizes=1,16,64] [--repeats=3]
 
 The model has random weights in the original layout (written to an options.json + weights.hdf5 pair and
-loaded by `elmo_tf.embedder.Embedder`, the path `python -m elmo_tf.embed --options_file` takes). The sample
+loaded by `elmo_tf.embedding.embedder.Embedder`, the path `python -m elmo_tf.embed --options_file` takes). The sample
 is benchmarks/data/wikitext2_valid_77.txt (77 sentences, 1,955 tokens). Each row runs in a fresh process,
 so its peak RSS is its own: model load + embedding. Rows:
   * batch 1, 16, 64 in the file's order (`sort_by_length=False`), as a plain batched loop would do;
@@ -45,9 +45,9 @@ def write_random_model(preset: str, folder: str) -> tuple[str, str]:
     """options.json + weights.hdf5 of the preset with seeded random weights."""
     import keras
 
-    from elmo_tf import presets
-    from elmo_tf.bilm import BiLM
-    from elmo_tf.weights_io import save_weights
+    from elmo_tf.model import presets
+    from elmo_tf.model.bilm import BiLM
+    from elmo_tf.model.weights_io import save_weights
 
     keras.utils.set_random_seed(0)
     config = presets.preset(preset)
@@ -62,7 +62,7 @@ def write_random_model(preset: str, folder: str) -> tuple[str, str]:
 
 def run_row(row: dict) -> dict:
     """One measurement in this (fresh) process."""
-    from elmo_tf.embedder import Embedder
+    from elmo_tf.embedding.embedder import Embedder
 
     sentences = [line.split() for line in open(row["sample"], encoding="utf-8")]
     tokens = sum(len(s) for s in sentences)
@@ -92,7 +92,7 @@ def main(argv):
     if FLAGS.worker:
         print("RESULT " + json.dumps(run_row(json.loads(FLAGS.worker))))
         return
-    from elmo_tf import presets
+    from elmo_tf.model import presets
 
     config = presets.preset(FLAGS.preset)
     flops = common.flops_per_position(config)

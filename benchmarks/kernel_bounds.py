@@ -53,8 +53,8 @@ def main(argv):
     del argv
     import tensorflow as tf
 
-    from elmo_tf import presets
-    from elmo_tf.bilm import BiLM
+    from elmo_tf.model import presets
+    from elmo_tf.model.bilm import BiLM
     from elmo_tf.layers.projected_lstm import TRANSPOSED_FROM_BATCH
 
     config = presets.preset(FLAGS.preset)

@@ -129,7 +129,7 @@ def main() -> int:
     model_dir = a.model_dir
     scratch = None
     if model_dir is None:
-        from elmo_tf.hub_export import export_original
+        from elmo_tf.export.hub import export_original
 
         scratch = tempfile.TemporaryDirectory(prefix="serve_soak_")
         tiny = os.path.join(ROOT, "tests", "fixtures", "tiny")

@@ -30,8 +30,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from elmo_tf import presets, training
-    from elmo_tf.vocab import Vocabulary
+    from elmo_tf import training
+    from elmo_tf.model import presets
+    from elmo_tf.text.vocab import Vocabulary
 
     marks = sorted(float(m) for m in FLAGS.minutes)
     config = presets.preset("small")
@@ -40,7 +41,7 @@ def main(argv):
     tc = training.recipe_config(config, max_steps=10**9, checkpoint_every=10**9)
     save_dir = FLAGS.save_dir or tempfile.mkdtemp(prefix="train_perplexity_")
     trainer = training.Trainer(config, vocab, tc, save_dir, training.make_strategy())
-    from elmo_tf import data
+    from elmo_tf.training import data
 
     batches = iter(data.lm_windows(FLAGS.train_prefix, vocab, batch_size=trainer.global_batch,
                                    unroll_steps=tc.unroll_steps, max_chars=50, seed=tc.seed))

@@ -50,6 +50,11 @@ flags.DEFINE_string("vocab_sha256", "c4e398362a5a387ba45d0ed3559c153678248a93379
 flags.DEFINE_integer("vocab_size", 20003, "Vocabulary size, the 3 special tokens included.")
 flags.DEFINE_integer("steps", 5453, "Training steps.", lower_bound=1)
 flags.DEFINE_integer("checkpoint_every", 250, "Steps between checkpoints.", lower_bound=1)
+flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept.", lower_bound=1)
+flags.DEFINE_integer("probe_every", 250, "Steps between held-out probes (0: none): full-softmax perplexity per "
+                     "direction on the first --probe_lines lines of the first --heldout file, in probes.jsonl.",
+                     lower_bound=0)
+flags.DEFINE_integer("probe_lines", 300, "Lines of the held-out probe.", lower_bound=1)
 flags.DEFINE_bool("scale_loss_by_unroll_steps", True, "The original's gradient scale (see TrainConfig).")
 flags.DEFINE_integer("seed", 0, "Seed of the initial weights, the data order, negatives and dropout.")
 flags.DEFINE_string("save_dir", os.path.join(ROOT, "runs", "train_quality"), "Training directory (resumable).")
@@ -59,8 +64,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from elmo_tf import presets, training
-    from elmo_tf.vocab import Vocabulary
+    from elmo_tf import training
+    from elmo_tf.model import presets
+    from elmo_tf.text.vocab import Vocabulary
 
     config = presets.preset(FLAGS.preset)
     os.makedirs(FLAGS.save_dir, exist_ok=True)
@@ -74,19 +80,33 @@ def main(argv):
                              f"not the reference's {FLAGS.vocab_sha256}: another corpus or vocabulary size?")
     vocab = Vocabulary.from_file(vocab_file)
     tc = training.recipe_config(config, scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps, seed=FLAGS.seed,
-                                max_steps=FLAGS.steps, checkpoint_every=FLAGS.checkpoint_every)
+                                max_steps=FLAGS.steps, checkpoint_every=FLAGS.checkpoint_every,
+                                keep_checkpoints=FLAGS.keep_checkpoints)
     trainer = training.Trainer(config, vocab, tc, FLAGS.save_dir, training.make_strategy())
 
     log_path = os.path.join(FLAGS.save_dir, "steps.jsonl")
     log = open(log_path, "a")
     started = time.time()
 
+    probe_file = os.path.join(FLAGS.save_dir, "probe.txt")
+    if FLAGS.probe_every and not os.path.exists(probe_file):
+        with open(FLAGS.heldout[0], encoding="utf-8") as f:
+            lines = [line for _, line in zip(range(FLAGS.probe_lines), f)]
+        with open(probe_file, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+    probes = open(os.path.join(FLAGS.save_dir, "probes.jsonl"), "a")
+
     def on_step(step, metrics):
         log.write(json.dumps({"step": step, "time": time.time() - started, **metrics}) + "\n")
         log.flush()
+        if FLAGS.probe_every and step % FLAGS.probe_every == 0:
+            # Sampled-softmax training cannot see words that are rarely drawn as negatives: the full softmax can.
+            probes.write(json.dumps({"step": step, **trainer.evaluate(probe_file)}) + "\n")
+            probes.flush()
 
     trainer.train(FLAGS.train_prefix, on_step=on_step)
     log.close()
+    probes.close()
     steps = {}
     with open(log_path) as f:
         for line in f:  # a resumed run repeats the steps after its last checkpoint: the last record wins

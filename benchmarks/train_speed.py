@@ -38,8 +38,10 @@ def training_flops_per_token(config, negatives: int) -> float:
 
 
 def measure(name, peak_gflops):
-    from elmo_tf import data, presets, training
-    from elmo_tf.vocab import Vocabulary
+    from elmo_tf import training
+    from elmo_tf.training import data
+    from elmo_tf.model import presets
+    from elmo_tf.text.vocab import Vocabulary
 
     config = presets.preset(name)
     recipe = config.training

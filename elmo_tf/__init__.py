@@ -7,15 +7,15 @@ import os as _os
 # TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen, and nothing changes if TensorFlow was imported before this package.
 _os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-from elmo_tf.bilm import BiLM  # noqa: E402
-from elmo_tf.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig  # noqa: E402
-from elmo_tf.hub_export import ElmoModule, ExportError, ExportOptions, export_module, export_original  # noqa: E402
+from elmo_tf.model.bilm import BiLM  # noqa: E402
+from elmo_tf.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig  # noqa: E402
+from elmo_tf.export.hub import ElmoModule, ExportError, ExportOptions, export_module, export_original  # noqa: E402
 from elmo_tf.layers.bilstm import BiLSTM  # noqa: E402
 from elmo_tf.layers.char_cnn import CharCNN  # noqa: E402
 from elmo_tf.layers.highway import Highway  # noqa: E402
 from elmo_tf.layers.projected_lstm import ProjectedLSTM  # noqa: E402
 from elmo_tf.layers.scalar_mix import ScalarMix  # noqa: E402
-from elmo_tf.weights_io import WeightFileError, load_original, load_weights, save_weights  # noqa: E402
+from elmo_tf.model.weights_io import WeightFileError, load_original, load_weights, save_weights  # noqa: E402
 
 __all__ = [
     "BiLM",

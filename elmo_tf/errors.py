@@ -11,9 +11,66 @@ from __future__ import annotations
 import errno
 import os
 import re
-from typing import Type
+from typing import Optional, Type
 
 import tensorflow as tf
+
+# -- The exception classes of the package (each module raises these; commands map them to messages) --
+
+
+class ConfigError(ValueError):
+    """An options file or config value is invalid; the message names field, value and what is allowed."""
+
+
+class VocabError(ValueError):
+    """A vocabulary file or word list is malformed, or a vocabulary cannot be built as asked."""
+
+
+class CorpusError(ValueError):
+    """The corpus files cannot be used: none matches, none holds a sentence, or one is not UTF-8 text."""
+
+
+class WeightFileError(ValueError):
+    """A weight file is missing, unreadable, or does not match the model's options."""
+
+
+class TrainingError(RuntimeError):
+    """Training cannot continue (e.g. a non-finite loss); the last good checkpoint is kept."""
+
+
+class CheckpointError(TrainingError):
+    """No checkpoint of a training directory can be read, or one cannot be written."""
+
+
+class ExportError(ValueError):
+    """The export cannot be written where or how it was asked."""
+
+
+class EmbedError(ValueError):
+    """An embedding request that cannot be carried out; the message says what to change."""
+
+
+class ClassifierError(ValueError):
+    """A classifier folder or a data file is not what it should be."""
+
+
+class ModelDirError(ValueError):
+    """`--model_dir` holds no SavedModel."""
+
+
+class ServeError(Exception):
+    """A request that cannot be served: answered with HTTP `status` and {"error": message}."""
+
+    def __init__(self, status: int, message: str, headers: Optional[dict[str, str]] = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+class InputError(Exception):
+    """Inputs or outputs that cannot be used as given (reported on one line, exit status 2)."""
+
 
 # errno values (and their C-library texts, as TF's C++ writers report them) that mean "the disk is full".
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -45,7 +102,7 @@ def is_disk_full(error: BaseException) -> bool:
 
 
 def write_error_message(error: BaseException, what: str) -> str:
-    """"Could not write {what}: {reason}" for an OSError or TF op error raised while writing."""
+    """ "Could not write {what}: {reason}" for an OSError or TF op error raised while writing."""
     full = _disk_full_reason(error)
     if full:
         return f"Could not write {what}: {full}; {DISK_FULL_HINT}"

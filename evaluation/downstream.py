@@ -30,8 +30,8 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see d
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from elmo_tf import classifier as C  # noqa: E402
-from elmo_tf.finetune import FineTuneConfig  # noqa: E402
+from elmo_tf.downstream import classifier as C  # noqa: E402
+from elmo_tf.downstream.finetune import FineTuneConfig  # noqa: E402
 
 FROZEN = {
     "a_layer0": ("fixed", "layer0"),

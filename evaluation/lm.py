@@ -26,7 +26,7 @@ def tokenize_file(src: str, dst: str, tokenizer: str, max_lines: Optional[int] =
     """Re-splits a corpus file with an in-graph tokenizer (as the exported module will); returns the line count."""
     import tensorflow as tf
 
-    from elmo_tf import char_ids
+    from elmo_tf.text import char_ids
 
     with open(src, encoding="utf-8") as f:
         lines = [l.strip() for i, l in enumerate(f) if i % every == 0 and l.strip()]
@@ -102,9 +102,10 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
     Stops at `steps` or after `max_minutes` of training in this call (checkpoint kept), whichever comes first.
     Returns (summary dict, the trained `BiLM` for export).
     """
-    from elmo_tf import presets, training
-    from elmo_tf.config import BiLMConfig
-    from elmo_tf.vocab import Vocabulary
+    from elmo_tf import training
+    from elmo_tf.model import presets
+    from elmo_tf.model.config import BiLMConfig
+    from elmo_tf.text.vocab import Vocabulary
 
     os.makedirs(save_dir, exist_ok=True)
     config = BiLMConfig.from_json_file(options_file) if options_file else presets.preset(preset)

@@ -68,7 +68,7 @@ def word_vectors(module_path: str, case: dict, tokenizer: str) -> dict:
     """Per layer, the target word's vector in every sentence: {"layers": [L+1 arrays [N, D]], "senses": [N]}."""
     import tensorflow as tf
 
-    from elmo_tf import char_ids
+    from elmo_tf.text import char_ids
 
     module = tf.saved_model.load(module_path)
     sentences, senses = [], []

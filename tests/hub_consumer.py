@@ -1,4 +1,4 @@
-"""Child process for tests/test_hub_export.py: uses an exported module through `hub.KerasLayer` in tf_keras.
+"""Child process for tests/export/test_hub_export.py: uses an exported module through `hub.KerasLayer` in tf_keras.
 
 `hub.KerasLayer` needs tf_keras (Keras 2), which TensorFlow only selects when TF_USE_LEGACY_KERAS=1 is
 set before TensorFlow is first imported; the test process runs Keras 3, so this runs in its own process:

@@ -16,8 +16,8 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from elmo_tf import training  # noqa: E402
-from elmo_tf.config import BiLMConfig  # noqa: E402
-from elmo_tf.vocab import Vocabulary  # noqa: E402
+from elmo_tf.model.config import BiLMConfig  # noqa: E402
+from elmo_tf.text.vocab import Vocabulary  # noqa: E402
 
 FIXTURE_OPTIONS = os.path.join(os.path.dirname(__file__), "fixtures", "tiny", "options.json")
 

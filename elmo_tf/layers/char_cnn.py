@@ -7,7 +7,7 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
-from elmo_tf.char_ids import NUM_CHAR_IDS
+from elmo_tf.text.char_ids import NUM_CHAR_IDS
 
 _ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}
 

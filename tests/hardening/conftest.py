@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 
 import pytest
 
-from elmo_tf.hub_export import export_original
+from elmo_tf.export.hub import export_original
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"

@@ -3,7 +3,7 @@
 Each case expects either an error of the library's own type whose message names the problem and what to
 do, or correct output, compared with a reference: the independent float64 statement of the original in
 tests/numpy_reference.py, or the same model on inputs whose handling the fixtures already establish.
-Cases already covered elsewhere (tests/test_config.py, test_weights_io.py, test_vocab.py, test_embed.py)
+Cases already covered elsewhere (tests/model/test_config.py, test_weights_io.py, test_vocab.py, test_embed.py)
 are not repeated here.
 """
 
@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf import char_ids, data
-from elmo_tf.config import BiLMConfig, ConfigError
-from elmo_tf.embedder import EmbedError, Embedder
-from elmo_tf.vocab import Vocabulary, VocabError
-from elmo_tf.weights_io import WeightFileError, load_original
+from elmo_tf.text import char_ids
+from elmo_tf.training import data
+from elmo_tf.model.config import BiLMConfig, ConfigError
+from elmo_tf.embedding.embedder import EmbedError, Embedder
+from elmo_tf.text.vocab import Vocabulary, VocabError
+from elmo_tf.model.weights_io import WeightFileError, load_original
 from tests import numpy_reference
 from tests.hardening.conftest import OPTIONS, WEIGHTS
 

@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 import pytest
 
-from elmo_tf.embedder import Embedder
+from elmo_tf.embedding.embedder import Embedder
 from tests.hardening.conftest import OPTIONS, WEIGHTS, error_lines, run_child, unwritable_folder
 
 CORPUS = "the cat sat on the mat .\na dog ran in the park .\n" * 20

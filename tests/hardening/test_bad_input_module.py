@@ -3,7 +3,7 @@
 Outputs are compared with the module called on the equivalent clean input (e.g. a 1,000-character token
 against its first 48 bytes, which is all the model reads of it). Errors must name the problem; the server
 must answer 4xx with a JSON message, never 5xx, and keep serving. Cases already covered by
-tests/test_hub_export.py and tests/test_serve.py are not repeated here.
+tests/export/test_hub_export.py and tests/serving/test_serve.py are not repeated here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf import serve
+from elmo_tf.serving import server as serve
 
 MAX_BATCH_TOKENS = 400
 

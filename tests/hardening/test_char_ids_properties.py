@@ -1,4 +1,4 @@
-"""Property-based tests: text -> char ids (elmo_tf/char_ids.py) against a plain-Python statement of the spec.
+"""Property-based tests: text -> char ids (elmo_tf/text/char_ids.py) against a plain-Python statement of the spec.
 
 The statement (docs ELMO_SPEC.md, Part 1, "Character ids"): a sentence is split like Python's `str.split()`
 (with `cjk_chars`, every Han character is first made a token of its own); each token keeps the first
@@ -20,7 +20,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elmo_tf import char_ids
+from elmo_tf.text import char_ids
 from tests.test_char_ids import python_char_ids
 
 # Script=Han in Unicode 15.0 (Scripts.txt), the version of the regular-expression tables inside TensorFlow.

@@ -1,8 +1,8 @@
 """Fault injection: damaged checkpoints, and kills in the middle of an export and of an embed roll-back.
 
 Already covered elsewhere and not repeated: kill -9 during training and while a checkpoint is written
-(tests/test_training.py, through tests/train_worker.py), kill -9 while `embed` saves a chunk
-(tests/test_embed.py), a full disk during training, export and embed (test_bad_input_cli.py).
+(tests/training/test_training.py, through tests/train_worker.py), kill -9 while `embed` saves a chunk
+(tests/embedding/test_embed.py), a full disk during training, export and embed (test_bad_input_cli.py).
 
 The promise checked here: a failure loses at most the work since the last complete checkpoint (or chunk),
 and never leaves anything that a later run would load as valid but wrong.
@@ -23,9 +23,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf import data, embedder as embed_lib, hub_export, training
-from elmo_tf.config import BiLMConfig
-from elmo_tf.vocab import Vocabulary
+from elmo_tf import errors, training
+from elmo_tf.training import data
+from elmo_tf.embedding import embedder as embed_lib
+from elmo_tf.export import hub as hub_export
+from elmo_tf.model.config import BiLMConfig
+from elmo_tf.text.vocab import Vocabulary
 from tests.hardening.conftest import OPTIONS, REPO, run_child
 from tests.train_worker import tiny_train_config
 
@@ -116,7 +119,7 @@ def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(trainer, tmp_path)
     run = copy_run(trainer, tmp_path)
     for step in (2, 4):
         os.truncate(_data_file(run, step), 100)
-    with pytest.raises(training.CheckpointError, match=r"None of the 2 checkpoint\(s\) in '.*checkpoints' can be restored; "
+    with pytest.raises(errors.CheckpointError, match=r"None of the 2 checkpoint\(s\) in '.*checkpoints' can be restored; "
                        r"the newest: Checkpoint '.*ckpt-4' cannot be restored \(.*\)\. If it is damaged"):
         resume(trainer, run)
 
@@ -125,7 +128,7 @@ def test_export_refuses_a_damaged_newest_checkpoint(trainer, tmp_path):
     """An export must not silently fall back to an older model: the error names the checkpoint."""
     run = copy_run(trainer, tmp_path)
     os.truncate(_data_file(run, 4), 1000)
-    with pytest.raises(training.CheckpointError, match=r"Checkpoint '.*ckpt-4' cannot be restored \(\w+: .+\)\. If it is damaged"):
+    with pytest.raises(errors.CheckpointError, match=r"Checkpoint '.*ckpt-4' cannot be restored \(\w+: .+\)\. If it is damaged"):
         training.restore_bilm(str(run))
     assert training.restore_bilm(str(copy_run(trainer, tmp_path / "intact"))).weights[0].numpy().flat[0] == 4.0
 
@@ -136,8 +139,8 @@ def test_export_refuses_a_damaged_newest_checkpoint(trainer, tmp_path):
 _KILLED_EXPORT = textwrap.dedent(
     """
     import os, signal, sys
-    from elmo_tf import hub_export
-    from elmo_tf.weights_io import load_original
+    from elmo_tf.export import hub as hub_export
+    from elmo_tf.model.weights_io import load_original
 
     def die(*args, **kwargs):  # called after the SavedModel is written, before it is moved into place
         os.kill(os.getpid(), signal.SIGKILL)

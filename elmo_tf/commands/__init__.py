@@ -1,0 +1,1 @@
+"""The command lines: each parses flags, calls the library, and turns errors into messages and exit codes."""

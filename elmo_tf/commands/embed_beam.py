@@ -1,0 +1,160 @@
+"""Embeds large corpora with Apache Beam: text shards -> TFRecord shards of ELMo arrays (needs requirements-beam.txt).
+
+    python -m elmo_tf.embed_beam --input_pattern='corpus/*.txt' --output_prefix=out/corpus --module=hub_module \\
+        --runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing
+
+Flags not listed below are Beam pipeline options (--runner, --project, --num_workers, ...). Writes
+PREFIX-FFFFF-CCCCCC.tfrecord (one tf.train.Example per line: file, line, text, tokens, embeddings, shape,
+dtype), PREFIX-dead_letter.jsonl (lines not embedded, with the reason) and, last, PREFIX-manifest.json.
+`python -m elmo_tf.records_to_hdf5` turns them into the HDF5 file of `elmo_tf.embed`. See
+elmo_tf/embedding/pipeline.py (the pipeline) and elmo_tf/embedding/records.py (the format).
+"""
+
+from __future__ import annotations
+
+import json
+import logging as py_logging
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+
+from elmo_tf.commands.embed_flags import define_output_flags, mix_weights_from_flags, usage_error  # noqa: E402
+
+# Required.
+flags.DEFINE_string("input_pattern", None, "Glob of UTF-8 text files, one sentence per line (any Beam filesystem; "
+                    ".gz/.bz2 are decompressed).")
+flags.DEFINE_string("output_prefix", None, "Path prefix of the output files (PREFIX-*.tfrecord, PREFIX-manifest.json, "
+                    "PREFIX-dead_letter.jsonl); a folder on a shared filesystem (gs://...) on a cluster.")
+flags.DEFINE_string("module", None, "A module folder written by export.py (holding saved_model.pb); on a cluster a "
+                    "gs:// folder, copied to each worker once.")
+# What is written (as elmo_tf.embed): --layers, --mix_weights, --gamma, --dtype.
+define_output_flags()
+flags.DEFINE_bool("tokenized", True, "Lines are whitespace-separated tokens. false: split them with the module's "
+                  "in-graph tokenizer (the one chosen at export).")
+# How.
+flags.DEFINE_integer("batch_size", 64, "Sentences per model call (batched by length within a chunk).")
+flags.DEFINE_integer("chunk_lines", 10_000, "Lines per chunk = unit of work = output shard. With embed's "
+                     "--chunk_lines and --batch_size the arrays equal embed's bit for bit.")
+flags.DEFINE_integer("max_line_bytes", 100_000, "Longer lines go to the dead-letter output.")
+flags.DEFINE_integer("max_tokens", 1_000, "Lines with more tokens go to the dead-letter output (a batch holds "
+                     "--batch_size lines as long as its longest, so this bounds a worker's memory).")
+FLAGS = flags.FLAGS
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl parses its flags; everything else is left for Beam's PipelineOptions."""
+    return FLAGS(argv, known_only=True)
+
+
+def settings_from_flags():
+    """Checks the flags (cheap checks only, before Beam and TensorFlow start) and returns EmbedSettings."""
+    from elmo_tf.embedding.pipeline import EmbedSettings
+
+    for name in ("input_pattern", "output_prefix", "module"):
+        if not FLAGS[name].value:
+            raise usage_error(f"--{name} is required.")
+    mix_weights = mix_weights_from_flags()
+    for name in ("batch_size", "chunk_lines", "max_line_bytes", "max_tokens"):
+        if FLAGS[name].value < 1:
+            raise usage_error(f"--{name} must be >= 1; got {FLAGS[name].value}.")
+    return EmbedSettings(
+        input_pattern=FLAGS.input_pattern,
+        output_prefix=FLAGS.output_prefix,
+        module=FLAGS.module,
+        layers=FLAGS.layers,
+        mix_weights=tuple(mix_weights) if mix_weights is not None else None,
+        gamma=FLAGS.gamma,
+        dtype=FLAGS.dtype,
+        tokenized=FLAGS.tokenized,
+        batch_size=FLAGS.batch_size,
+        chunk_lines=FLAGS.chunk_lines,
+        max_line_bytes=FLAGS.max_line_bytes,
+        max_tokens=FLAGS.max_tokens,
+    )
+
+
+def check_run(settings, beam_args: list[str]) -> list[str]:
+    """Checks what can be checked before the job starts; returns the sorted input files.
+
+    Raises:
+      app.UsageError: unknown options, no input file, a module folder that is not an export (or whose
+        layer count does not fit --mix_weights), a missing local output folder, or an output prefix that
+        holds a run with other settings.
+    """
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from elmo_tf.model.config import BiLMConfig, ConfigError
+    from elmo_tf.embedding.pipeline import input_files
+    from elmo_tf.embedding.records import check_prefix_settings
+    from elmo_tf.embedding.embedder import EmbedError
+
+    options = PipelineOptions(beam_args)
+    unknown = set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options())
+    if unknown:
+        raise usage_error(
+            f"Unknown option(s) {sorted('--' + u for u in unknown)}: neither an embed_beam flag (see --help) nor a "
+            "Beam pipeline option."
+        )
+    try:
+        files = input_files(settings.input_pattern)
+    except EmbedError as e:
+        raise usage_error(str(e)) from None
+    if not files:
+        raise usage_error(f"--input_pattern={settings.input_pattern!r} matches no file.")
+    module = settings.module.rstrip("/")
+    if not FileSystems.exists(module + "/saved_model.pb"):
+        raise usage_error(f"--module={settings.module!r} is not an exported module (no saved_model.pb in it).")
+    try:
+        with FileSystems.open(module + "/assets/options.json") as f:
+            config = BiLMConfig.from_json_string(f.read().decode("utf-8"))
+    except (OSError, ConfigError, ValueError) as e:
+        raise usage_error(f"Cannot read the options of --module={settings.module!r} (assets/options.json): {e}")
+    if settings.mix_weights is not None and len(settings.mix_weights) != config.num_output_layers:
+        raise usage_error(
+            f"--mix_weights needs {config.num_output_layers} values (L + 1) for this module; "
+            f"got {len(settings.mix_weights)}."
+        )
+    if FileSystems.get_scheme(settings.output_prefix) in (None, "file"):
+        folder = os.path.dirname(os.path.abspath(settings.output_prefix))
+        if not os.path.isdir(folder):
+            raise usage_error(f"The folder of --output_prefix does not exist: {folder!r}.")
+    problem = check_prefix_settings(settings.output_prefix, settings.to_dict())
+    if problem:
+        raise usage_error(f"{problem}; choose another --output_prefix (or delete those files).")
+    return files
+
+
+def main(argv):
+    if logging.get_verbosity() <= logging.INFO:  # Beam logs every worker start and stop at INFO
+        py_logging.getLogger("apache_beam").setLevel(py_logging.WARNING)
+    settings = settings_from_flags()
+    beam_args = argv[1:]
+    files = check_run(settings, beam_args)
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from elmo_tf.embedding.pipeline import run
+
+    logging.info("Embedding %d file(s) matching %s into %s-*.", len(files), settings.input_pattern,
+                 settings.output_prefix)
+    metrics = run(settings, files, PipelineOptions(beam_args))
+    logging.info(
+        "Done: %d sentences, %d tokens, %d batches, %d chunks, %d dead letters; model loaded %s time(s), "
+        "%.0f ms on average.",
+        metrics["sentences"], metrics["tokens"], metrics["batches"], metrics["chunks"], metrics["dead_letters"],
+        metrics.get("model_loads", "?"), metrics.get("model_load_ms_mean", float("nan")),
+    )
+    print(json.dumps({"metrics": metrics}))
+
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app.run(main, flags_parser=_parse_flags)
+
+
+if __name__ == "__main__":
+    run()

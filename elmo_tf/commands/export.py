@@ -1,0 +1,110 @@
+"""Exports an ELMo biLM as a TF2 SavedModel with TF-Hub signatures (or in the original HDF5 format).
+
+    python export.py --options_file=OPTIONS.json --weight_file=WEIGHTS.hdf5 --export_dir=hub_module
+    python export.py --checkpoint_dir=runs/small --export_dir=hub_module          # a model trained here
+    python export.py --checkpoint_dir=runs/small --format=hdf5 --export_dir=out   # options.json + weights.hdf5
+
+The result loads with `tf.saved_model.load`, `hub.KerasLayer`, `keras.layers.TFSMLayer`,
+`saved_model_cli` and TF Serving. See `elmo_tf/export/hub.py` for the signatures and outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see docs/PERFORMANCE.md
+
+from absl import app, flags, logging  # noqa: E402
+
+# The model: either the original files, or a training directory of train.py.
+flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout).")
+flags.DEFINE_string("weight_file", None, "The model's weights.hdf5 (original bilm-tf layout).")
+flags.DEFINE_string("checkpoint_dir", None, "A train.py --save_dir: exports its latest checkpoint.")
+# Output.
+flags.DEFINE_enum("format", "saved_model", ["saved_model", "hdf5"],
+                  "saved_model: the TF-Hub module; hdf5: options.json + weights.hdf5 in the original layout.")
+flags.DEFINE_string("export_dir", "hub_module", "Where the SavedModel goes (replaced atomically if it is an export).")
+flags.DEFINE_enum("trainable", "mix", ["mix", "all", "none"],
+                  "What `trainable_variables` holds: the scalar mix (default), everything, or nothing.")
+flags.DEFINE_bool("layer_norm", False, "Layer-normalise each biLM layer (per sentence) before the scalar mix.")
+flags.DEFINE_list("mix_weights", None, "Initial un-normalised scalar-mix weights, L + 1 comma-separated numbers.")
+flags.DEFINE_float("l2_coef", 0.0, "L2 penalty on the mix weights, exposed as the module's regularization_losses.")
+flags.DEFINE_enum("tokenizer", "whitespace", ["whitespace", "cjk_chars"],
+                  "In-graph tokenizer of the `default` signature: like str.split(), or every CJK ideograph a token.")
+flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "float16"],
+                  "Compute precision of the module (weights stay float32): bfloat16 is faster where the CPU or GPU "
+                  "has bfloat16 units (outputs deviate ~1e-2 from float32); float16 is for GPUs.")
+flags.DEFINE_integer("version", None, "Write to EXPORT_DIR/VERSION/, the folder layout of TF Serving's --model_base_path.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    original = FLAGS.options_file or FLAGS.weight_file
+    if original and FLAGS.checkpoint_dir:
+        raise app.UsageError("Give either --options_file/--weight_file or --checkpoint_dir, not both.")
+    if not original and not FLAGS.checkpoint_dir:
+        raise app.UsageError("--options_file and --weight_file (or --checkpoint_dir) are required.")
+    if original and not (FLAGS.options_file and FLAGS.weight_file):
+        raise app.UsageError("--options_file and --weight_file must be given together.")
+    if FLAGS.l2_coef < 0:
+        raise app.UsageError(f"--l2_coef must be >= 0; got {FLAGS.l2_coef}.")
+    mix_weights = None
+    if FLAGS.mix_weights:
+        try:
+            mix_weights = [float(w) for w in FLAGS.mix_weights]
+        except ValueError:
+            raise app.UsageError(f"--mix_weights must be numbers; got {FLAGS.mix_weights}.") from None
+    saved_model_only = ("trainable", "layer_norm", "mix_weights", "l2_coef", "tokenizer", "version", "precision")
+    if FLAGS.format == "hdf5" and any(FLAGS[name].present for name in saved_model_only):
+        raise app.UsageError(f"--{', --'.join(saved_model_only)} apply to --format=saved_model only.")
+    if FLAGS.version is not None and FLAGS.version < 1:
+        raise app.UsageError(f"--version must be >= 1; got {FLAGS.version}.")
+
+    import tensorflow as tf
+
+    from elmo_tf import ConfigError, ExportError, ExportOptions, WeightFileError, load_original
+    from elmo_tf.export import hub as hub_export
+    from elmo_tf.errors import TrainingError
+    from elmo_tf.training import restore_bilm
+
+    tf.get_logger().setLevel("WARNING")  # TF's own INFO lines about saving are noise here
+    start = time.time()
+    try:
+        target = FLAGS.export_dir if FLAGS.version is None else os.path.join(FLAGS.export_dir, str(FLAGS.version))
+        if FLAGS.version is None or os.path.isdir(FLAGS.export_dir):
+            hub_export.check_export_target(target)  # fail before the (possibly long) weight load
+        if FLAGS.checkpoint_dir:
+            bilm = restore_bilm(FLAGS.checkpoint_dir)
+        else:
+            bilm = load_original(FLAGS.options_file, FLAGS.weight_file)
+        if FLAGS.format == "hdf5":
+            path = hub_export.export_hdf5(bilm, FLAGS.export_dir)
+        else:
+            export_options = ExportOptions(
+                trainable=FLAGS.trainable,
+                layer_norm=FLAGS.layer_norm,
+                mix_weights=mix_weights,
+                l2_coef=FLAGS.l2_coef,
+                tokenizer=FLAGS.tokenizer,
+                version=FLAGS.version,
+                precision=FLAGS.precision,
+            )
+            path = hub_export.export_module(bilm, FLAGS.export_dir, export_options=export_options)
+    except (ConfigError, WeightFileError, ExportError, TrainingError, OSError) as e:
+        logging.error("%s", e)
+        raise SystemExit(2) from None
+    logging.info("Exported to %s in %.1f s.", path, time.time() - start)
+
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,88 @@
+"""`python -m elmo_tf.serve` / `elmo-serve`: TF Serving's REST API for an exported module (elmo_tf/serving).
+
+    python -m elmo_tf.serve --model_dir=serving/elmo --port=8501 [--model_name=elmo] [--host=127.0.0.1]
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import tensorflow as tf
+from absl import app, flags, logging
+
+from elmo_tf.serving.server import ModelDirError, ModelServer, ServedModel, ServerOptions
+
+FLAGS = flags.FLAGS
+
+# The model.
+flags.DEFINE_string("model_dir", None, "A SavedModel, or a TF Serving base path with numbered version folders "
+                    "(the highest is served), e.g. the --export_dir of `export.py --version=1`.")
+flags.DEFINE_string("model_name", "elmo", "NAME in the URLs /v1/models/NAME...")
+# Where to listen.
+flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0 = every interface).")
+flags.DEFINE_integer("port", 8501, "TCP port of the REST API (TF Serving's default is 8501; 0 = any free port).")
+# Batching and limits.
+flags.DEFINE_integer("max_batch_size", 64, "Most sentences per model call; concurrent requests merge up to it.")
+flags.DEFINE_float("batch_timeout_ms", 5.0, "How long a batch waits for more requests after its first (0: none).")
+flags.DEFINE_integer("max_enqueued_batches", 32, "Queue bound in batches of max_batch_size sentences; then 503.")
+flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request body accepted; larger ones get 413.")
+flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences x tokens of the longest) per "
+                     "model call; larger requests get 413.")
+flags.mark_flag_as_required("model_dir")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not 0 <= FLAGS.port <= 65535:
+        raise app.UsageError(f"--port must be in [0, 65535]; got {FLAGS.port}.")
+    if not FLAGS.model_name or "/" in FLAGS.model_name or ":" in FLAGS.model_name:
+        raise app.UsageError(f"--model_name must be non-empty without '/' or ':'; got {FLAGS.model_name!r}.")
+    try:
+        options = ServerOptions(
+            max_batch_size=FLAGS.max_batch_size,
+            batch_timeout_ms=FLAGS.batch_timeout_ms,
+            max_enqueued_batches=FLAGS.max_enqueued_batches,
+            max_request_bytes=FLAGS.max_request_bytes,
+            max_batch_tokens=FLAGS.max_batch_tokens,
+        )
+    except ValueError as e:
+        raise app.UsageError(f"--{e}") from None
+
+    tf.get_logger().setLevel("WARNING")
+    try:
+        model = ServedModel(FLAGS.model_dir, FLAGS.model_name)
+    except ModelDirError as e:
+        logging.error("%s", e)
+        raise SystemExit(2) from None
+    model.warm_up()
+    try:
+        server = ModelServer(model, FLAGS.host, FLAGS.port, options)
+    except OSError as e:
+        logging.error("Cannot listen on %s:%d: %s", FLAGS.host, FLAGS.port, e)
+        raise SystemExit(2) from None
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    thread = server.serve_in_background()
+    logging.info(
+        "Serving %s version %d (%s), signatures %s, at http://%s:%d/v1/models/%s",
+        model.name, model.version, model.path, sorted(model.signatures), FLAGS.host, server.port, model.name,
+    )
+    while not stop.wait(0.5) and thread.is_alive():
+        pass
+    logging.info("Shutting down: no new connections; finishing the requests in flight.")
+    server.stop()
+    thread.join()
+    logging.info("Stopped.")
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,1 @@
+"""Downstream use of an exported module: the sentence classifier and fine-tuning."""

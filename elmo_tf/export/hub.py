@@ -1,0 +1,400 @@
+"""A trained biLM -> a TF2 SavedModel with the TF-Hub ELMo signatures (a TF-Hub "reusable SavedModel").
+
+The exported object has:
+  * signature `default` (also `serving_default`): `text` string `[B]`, split in the graph on Unicode
+    whitespace exactly like Python's `str.split()`;
+  * signature `tokens`: `tokens` string `[B, T]` padded with "", `sequence_len` int32 `[B]`;
+  * `__call__(text, training=False)`, `variables`, `trainable_variables`, `regularization_losses`, so
+    that `hub.KerasLayer(path, output_key="elmo", trainable=True)` fine-tunes it;
+  * outputs `word_emb` `[B, T, P]`, `lstm_outputs1..L` `[B, T, 2P]`, `elmo` `[B, T, 2P]`,
+    `default` `[B, 2P]` (mean of `elmo` over valid tokens, 0 for an empty sentence), `sequence_len` `[B]`;
+  * the options file as an asset (`assets/options.json`) and a `README.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import tempfile
+from typing import Callable, Optional, Sequence
+
+import tensorflow as tf
+from absl import logging
+
+from elmo_tf.text import char_ids
+from elmo_tf.model.bilm import PRECISIONS, BiLM, with_precision
+from elmo_tf.errors import ExportError, write_error_message
+from elmo_tf.layers.scalar_mix import ScalarMix
+
+TRAINABLE_CHOICES = ("mix", "all", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """How the module is exported.
+
+    Attributes:
+      trainable: which variables `trainable_variables` lists: "mix" (scalar-mix weights and gamma,
+        the ELMo recipe), "all" (also the whole biLM, for fine-tuning), or "none".
+      layer_norm: layer-normalise each biLM layer (per sentence, over valid tokens) before mixing.
+      mix_weights: initial un-normalised mix weights (L + 1 values); None = equal weights.
+      l2_coef: L2 penalty on the mix weights, exposed through `regularization_losses`.
+      tokenizer: in-graph tokenizer of the `default` signature and `__call__`: "whitespace" (like
+        `str.split()`) or "cjk_chars" (every CJK ideograph a token, the rest split on whitespace).
+      version: when set, the SavedModel goes to `export_dir/<version>/`, the layout TF Serving's
+        `--model_base_path` expects (other versions there are kept).
+      precision: compute precision of the module, "float32" (default), "bfloat16" (opt-in: faster where the
+        CPU or GPU has bfloat16 units, outputs deviate from float32 by ~1e-2) or "float16" (GPUs). Weights
+        are stored as float32 in every case and outputs are float32.
+    """
+
+    trainable: str = "mix"
+    layer_norm: bool = False
+    mix_weights: Optional[Sequence[float]] = None
+    l2_coef: float = 0.0
+    tokenizer: str = "whitespace"
+    version: Optional[int] = None
+    precision: str = "float32"
+
+    def __post_init__(self):
+        if self.trainable not in TRAINABLE_CHOICES:
+            raise ExportError(f"`trainable` must be one of {list(TRAINABLE_CHOICES)}; received {self.trainable!r}.")
+        if self.l2_coef < 0:
+            raise ExportError(f"`l2_coef` must be >= 0; received {self.l2_coef!r}.")
+        if self.tokenizer not in char_ids.TOKENIZERS:
+            raise ExportError(f"`tokenizer` must be one of {list(char_ids.TOKENIZERS)}; received {self.tokenizer!r}.")
+        if self.precision not in PRECISIONS:
+            raise ExportError(f"`precision` must be one of {list(PRECISIONS)}; received {self.precision!r}.")
+        if self.version is not None and (not isinstance(self.version, int) or self.version < 1):
+            raise ExportError(f"`version` must be an integer >= 1 (a TF Serving version folder); received {self.version!r}.")
+
+
+def output_keys(num_lstm_layers: int) -> list[str]:
+    lstm = [f"lstm_outputs{l}" for l in range(1, num_lstm_layers + 1)]
+    return ["word_emb", *lstm, "elmo", "default", "sequence_len"]
+
+
+class ElmoModule(tf.Module):
+    """The exported object. `variables` etc. are plain tracked lists, as TF-Hub's reusable SavedModel expects."""
+
+    # Plain attributes (not tf.Module's computed properties) so that they are saved as they are set.
+    variables = None
+    trainable_variables = None
+    regularization_losses = None
+
+    def __init__(self, bilm: BiLM, options_file: str, export_options: ExportOptions = ExportOptions()):
+        super().__init__(name="elmo")
+        # Not tracked: the lists below must be the variables' only owners in the SavedModel. Tracked Keras 3
+        # layers would save each weight a second time; after loading, the functions would read one copy while
+        # `trainable_variables` held the other, and fine-tuning would train nothing.
+        object.__setattr__(self, "_bilm", bilm)
+        self._max_chars = bilm.config.char_cnn.max_characters_per_token
+        self._tokenizer = export_options.tokenizer
+        self._num_lstm_layers = bilm.config.lstm.n_layers
+        mix = ScalarMix(
+            bilm.config.num_output_layers,
+            layer_norm=export_options.layer_norm,
+            initial_weights=export_options.mix_weights,
+            l2_coef=export_options.l2_coef,
+            name="scalar_mix",
+        )
+        mix.build()
+        object.__setattr__(self, "_mix", mix)
+        mix_vars = [self._mix.mix_weights.value, self._mix.gamma.value]
+        bilm_vars = [w.value for w in bilm.weights]
+        self.variables = bilm_vars + mix_vars
+        self.trainable_variables = {"mix": mix_vars, "all": bilm_vars + mix_vars, "none": []}[export_options.trainable]
+        self.regularization_losses = []
+        if export_options.l2_coef > 0:
+            self.regularization_losses.append(tf.function(self._mix.regularization_loss, input_signature=[]))
+        self.options_file = tf.saved_model.Asset(options_file)
+
+    def _embed(self, ids: tf.Tensor, training) -> dict[str, tf.Tensor]:
+        out = self._bilm(ids, training=training)
+        elmo = self._mix(out["layers"], mask=out["mask"])  # [B, T, 2P]
+        counts = tf.cast(tf.maximum(out["sequence_len"], 1), elmo.dtype)[:, None]  # [B, 1]
+        outputs = {"word_emb": out["word_emb"]}
+        for l, layer in enumerate(out["layers"][1:], start=1):
+            outputs[f"lstm_outputs{l}"] = layer
+        outputs.update(
+            elmo=elmo,
+            default=tf.reduce_sum(elmo, axis=1) / counts,  # [B, 2P]; elmo is 0 on padding
+            sequence_len=out["sequence_len"],
+        )
+        return outputs
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def default_signature(self, text):
+        return self._embed(char_ids.text_to_char_ids(text, self._max_chars, self._tokenizer), training=False)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None], tf.string, name="tokens"),
+            tf.TensorSpec([None], tf.int32, name="sequence_len"),
+        ]
+    )
+    def tokens_signature(self, tokens, sequence_len):
+        tf.debugging.assert_equal(
+            tf.shape(sequence_len)[0],
+            tf.shape(tokens)[0],
+            message="`sequence_len` must have one entry per row of `tokens` (shape [B])",
+        )
+        tf.debugging.assert_non_negative(sequence_len, message="`sequence_len` must be >= 0")
+        tf.debugging.assert_less_equal(
+            sequence_len,
+            tf.shape(tokens)[1],
+            message="`sequence_len` must be <= T, the number of columns of `tokens`",
+        )
+        ids = char_ids.dense_tokens_to_char_ids(tokens, sequence_len, self._max_chars)
+        outputs = self._embed(ids, training=False)
+        # Keep the caller's T (columns beyond the longest sequence_len are padding too).
+        pad = tf.shape(tokens)[1] - tf.shape(outputs["word_emb"])[1]
+        for key, value in outputs.items():
+            if value.shape.rank == 3:
+                outputs[key] = tf.pad(value, [[0, 0], [0, pad], [0, 0]])
+        return outputs
+
+    @tf.function
+    def __call__(self, text, training=False):
+        """TF-Hub entry point: `text` string `[B]` -> the outputs dict."""
+        return self._embed(char_ids.text_to_char_ids(text, self._max_chars, self._tokenizer), training=training)
+
+
+_MODULE_README = """\
+# ELMo module (elmo_tf)
+
+A TF2 SavedModel of a character-aware bidirectional LSTM language model (ELMo, Peters et al. 2018),
+written by elmo_tf. The model's options are in `assets/options.json`.
+
+## Signatures
+* `default` (= `serving_default`): input `text`, string `[B]`, untokenized sentences; {TOKENIZER}
+* `tokens`: inputs `tokens`, string `[B, T]` padded with `""`, and `sequence_len`, int32 `[B]`
+  (0 <= sequence_len <= T; tokens past a row's length are ignored).
+
+## Outputs (every signature and `__call__`)
+| key | shape | content |
+|---|---|---|
+| `word_emb` | `[B, T, {P}]` | context-free token embedding (character CNN) |
+{LSTM_ROWS}| `elmo` | `[B, T, {P2}]` | trainable scalar mix of the {NL} layers (`word_emb` repeated for both directions) |
+| `default` | `[B, {P2}]` | mean of `elmo` over the sentence's tokens (0 for an empty sentence) |
+| `sequence_len` | `[B]` | number of tokens per sentence |
+
+Positions past a sentence's length are exactly 0. Every sentence is embedded from a zero LSTM state:
+its outputs do not depend on the rest of the batch.
+
+## Use
+```python
+import tensorflow as tf
+elmo = tf.saved_model.load("PATH")
+out = elmo.signatures["default"](text=tf.constant(["the cat sat", "hello"]))
+# Keras 3:  keras.layers.TFSMLayer("PATH", call_endpoint="serving_default")
+# tf_keras: hub.KerasLayer("PATH", output_key="elmo", trainable=True)  (TF_USE_LEGACY_KERAS=1)
+```
+`trainable_variables` holds: {TRAINABLE}.
+"""
+
+
+_TOKENIZER_DOC = {
+    "whitespace": "tokens are\n  split on Unicode whitespace exactly like Python's `str.split()`.",
+    "cjk_chars": "every CJK\n  ideograph is a token of its own, the rest is split on whitespace like `str.split()`.",
+}
+
+
+def module_readme(bilm: BiLM, export_options: ExportOptions) -> str:
+    p = bilm.config.token_dim
+    rows = "".join(
+        f"| `lstm_outputs{l}` | `[B, T, {2 * p}]` | biLSTM layer {l} (forward, backward concatenated) |\n"
+        for l in range(1, bilm.config.lstm.n_layers + 1)
+    )
+    trainable = {
+        "mix": "the scalar-mix weights and gamma",
+        "all": "the whole biLM plus the scalar-mix weights and gamma",
+        "none": "nothing (a frozen module)",
+    }[export_options.trainable]
+    return (
+        _MODULE_README.replace("{LSTM_ROWS}", rows)
+        .replace("{P2}", str(2 * p))
+        .replace("{P}", str(p))
+        .replace("{NL}", str(bilm.config.num_output_layers))
+        .replace("{TRAINABLE}", trainable)
+        .replace("{TOKENIZER}", _TOKENIZER_DOC[export_options.tokenizer])
+    )
+
+
+def _is_export(path: str) -> bool:
+    """An earlier export of ours: a SavedModel, or the original-format pair."""
+    files = set(os.listdir(path))
+    return "saved_model.pb" in files or {"options.json", "weights.hdf5"} <= files
+
+
+def check_export_target(export_dir: str) -> None:
+    """Refuses to replace anything but an earlier export or an empty folder (never a user's other files)."""
+    if os.path.lexists(export_dir):
+        if not os.path.isdir(export_dir):
+            raise ExportError(f"Export target {export_dir!r} exists and is not a directory; choose another --export_dir.")
+        if os.listdir(export_dir) and not _is_export(export_dir):
+            raise ExportError(
+                f"Export target {export_dir!r} is a non-empty directory that is not an earlier export; refusing to "
+                "replace it. Choose an empty or new --export_dir."
+            )
+    parent = os.path.dirname(os.path.abspath(export_dir))
+    if not os.path.isdir(parent):
+        raise ExportError(f"The parent folder of --export_dir {export_dir!r} does not exist: {parent!r}.")
+    if not os.access(parent, os.W_OK):
+        raise ExportError(f"The parent folder of --export_dir {export_dir!r} is not writable: {parent!r}.")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def recover_interrupted_export(export_dir: str) -> None:
+    """Cleans up after an export to `export_dir` whose process was killed (SIGKILL, power off) before it finished.
+
+    Its temporary folder is removed; if it was killed in the instant between moving the previous export aside
+    and moving the new one in, the previous export is put back. Folders of exports still running are left alone.
+    """
+    export_dir = os.path.abspath(export_dir)
+    parent, name = os.path.split(export_dir)
+    if not os.path.isdir(parent):
+        return
+    for entry in sorted(os.listdir(parent)):
+        match = re.fullmatch(rf"\.{re.escape(name)}\.(tmp|old)-([0-9]+)-.*", entry)
+        if not match or _process_alive(int(match[2])):
+            continue
+        path = os.path.join(parent, entry)
+        previous = os.path.join(path, "module")
+        if match[1] == "old" and os.path.isdir(previous) and not os.path.lexists(export_dir):
+            os.rename(previous, export_dir)
+            logging.warning("Put back the previous export at %s: the export replacing it was interrupted.", export_dir)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _write_atomically(export_dir: str, write: Callable[[str, str], None]) -> str:
+    """Calls `write(folder, scratch)` to fill a new folder beside `export_dir`, then moves it into place.
+
+    An existing export at `export_dir` is replaced only once the new one is complete, and is kept if
+    anything fails; temporary folders are always removed (those of a killed export by the next export, see
+    `recover_interrupted_export`). A failed write (a full disk) raises ExportError.
+    """
+    export_dir = os.path.abspath(export_dir)
+    recover_interrupted_export(export_dir)
+    check_export_target(export_dir)
+    parent = os.path.dirname(export_dir)
+    backup = None
+
+    def prefix(kind: str) -> str:  # the process id tells a later export whether this one is still running
+        return f".{os.path.basename(export_dir)}.{kind}-{os.getpid()}-"
+
+    try:
+        tmp = tempfile.mkdtemp(prefix=prefix("tmp"), dir=parent)
+    except OSError as e:
+        raise ExportError(f"{write_error_message(e, f'the export to {parent!r}')}.") from None
+    try:
+        folder = os.path.join(tmp, "export")
+        scratch = os.path.join(tmp, "scratch")
+        os.makedirs(scratch)
+        try:
+            write(folder, scratch)
+        except (OSError, tf.errors.OpError) as e:
+            kept = "the existing export there is unchanged" if os.path.lexists(export_dir) else "nothing was written"
+            raise ExportError(f"{write_error_message(e, f'the export to {export_dir!r}')}; {kept}.") from None
+        if os.path.lexists(export_dir):
+            backup = tempfile.mkdtemp(prefix=prefix("old"), dir=parent)
+            os.rename(export_dir, os.path.join(backup, "module"))
+        try:
+            os.rename(folder, export_dir)
+        except OSError:
+            if backup is not None:
+                os.rename(os.path.join(backup, "module"), export_dir)
+                backup = None
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if backup is not None:
+            shutil.rmtree(backup, ignore_errors=True)
+    return export_dir
+
+
+def export_module(
+    bilm: BiLM,
+    export_dir: str,
+    *,
+    export_options: ExportOptions = ExportOptions(),
+) -> str:
+    """Writes `bilm` as a TF-Hub SavedModel to `export_dir`, atomically (see `_write_atomically`).
+
+    Returns:
+      the absolute path of the export.
+    """
+    if export_options.mix_weights is not None and len(export_options.mix_weights) != bilm.config.num_output_layers:
+        raise ExportError(
+            f"`mix_weights` needs {bilm.config.num_output_layers} values (L + 1); "
+            f"received {list(export_options.mix_weights)}."
+        )
+    bilm = with_precision(bilm, export_options.precision)
+
+    def write(folder: str, scratch: str) -> None:
+        options_path = os.path.join(scratch, "options.json")
+        bilm.config.to_json_file(options_path)
+        module = ElmoModule(bilm, options_path, export_options)
+        # Trace both training modes of __call__ so that TF-Hub can call either after loading.
+        text_spec = tf.TensorSpec([None], tf.string)
+        module.__call__.get_concrete_function(text_spec, training=False)
+        module.__call__.get_concrete_function(text_spec, training=True)
+        default = module.default_signature.get_concrete_function()
+        tf.saved_model.save(
+            module,
+            folder,
+            signatures={
+                "default": default,
+                "serving_default": default,
+                "tokens": module.tokens_signature.get_concrete_function(),
+            },
+        )
+        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
+            f.write(module_readme(bilm, export_options))
+
+    if export_options.version is not None:
+        os.makedirs(export_dir, exist_ok=True)
+        export_dir = os.path.join(export_dir, str(export_options.version))
+    return _write_atomically(export_dir, write)
+
+
+def export_hdf5(bilm: BiLM, export_dir: str) -> str:
+    """Writes `options.json` + `weights.hdf5` in the original layout (readable by bilm-tf and AllenNLP), atomically."""
+    from elmo_tf.model.weights_io import save_weights
+
+    def write(folder: str, scratch: str) -> None:
+        os.makedirs(folder)
+        bilm.config.to_json_file(os.path.join(folder, "options.json"))
+        save_weights(bilm, os.path.join(folder, "weights.hdf5"))
+
+    return _write_atomically(export_dir, write)
+
+
+def export_original(
+    options_file: str,
+    weight_file: str,
+    export_dir: str,
+    *,
+    trainable: str = "mix",
+    layer_norm: bool = False,
+    mix_weights: Optional[Sequence[float]] = None,
+    l2_coef: float = 0.0,
+) -> str:
+    """Original `options.json` + `weights.hdf5` -> SavedModel at `export_dir`. Returns its absolute path."""
+    from elmo_tf.model.weights_io import load_original
+
+    export_options = ExportOptions(trainable=trainable, layer_norm=layer_norm, mix_weights=mix_weights, l2_coef=l2_coef)
+    check_export_target(export_dir)  # fail before the (possibly long) weight load
+    bilm = load_original(options_file, weight_file)
+    return export_module(bilm, export_dir, export_options=export_options)

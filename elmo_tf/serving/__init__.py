@@ -1,0 +1,1 @@
+"""TF Serving's REST API for an exported module."""

@@ -1,0 +1,1 @@
+"""Text to ids: the character ids of tokens and the word vocabulary."""

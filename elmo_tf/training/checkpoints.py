@@ -1,0 +1,56 @@
+"""Reading the checkpoints of a training directory: listing them, restoring one, and the model it holds."""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from elmo_tf.errors import CheckpointError, tf_error_message
+from elmo_tf.model.bilm import BiLM
+from elmo_tf.model.config import BiLMConfig
+
+
+def checkpoint_prefixes(ckpt_dir: str) -> list[str]:
+    """The complete checkpoints `ckpt-N` of a folder, oldest first.
+
+    Found by listing the files, not from the `checkpoint` state file: a crash or an edit can leave that file
+    damaged or pointing at a checkpoint that is gone, and TF then silently reports "no checkpoint", so a
+    resumed run would start over. TF writes a checkpoint's `.index` last, so a listed checkpoint is complete.
+    """
+    steps = []
+    for path in tf.io.gfile.glob(os.path.join(ckpt_dir, "ckpt-*.index")):
+        step = os.path.basename(path)[len("ckpt-") : -len(".index")]
+        if step.isdigit():
+            steps.append(int(step))
+    return [os.path.join(ckpt_dir, f"ckpt-{step}") for step in sorted(steps)]
+
+
+def restore_checkpoint(checkpoint: tf.train.Checkpoint, prefix: str, partial: bool = False) -> None:
+    """Restores `prefix` into `checkpoint`; a damaged file or a mismatch raises CheckpointError naming it."""
+    try:
+        status = checkpoint.restore(prefix)
+        if partial:
+            status.expect_partial()
+        status.assert_existing_objects_matched()
+    except (tf.errors.OpError, ValueError, IndexError, AssertionError, OSError) as e:
+        raise CheckpointError(
+            f"Checkpoint {prefix!r} cannot be restored ({type(e).__name__}: {tf_error_message(e)[:500]}). If it is "
+            "damaged (cut short, or written to a full disk), move its files away to use the previous checkpoint; if "
+            "the model or the batch settings changed since it was written, use the original settings or a new "
+            "--save_dir."
+        ) from None
+
+
+def restore_bilm(save_dir: str) -> BiLM:
+    """The `BiLM` of the latest checkpoint in a training `save_dir` (for export and evaluation)."""
+    options = os.path.join(save_dir, "options.json")
+    if not os.path.isfile(options):
+        raise FileNotFoundError(f"{save_dir!r} is not a training directory: it has no options.json.")
+    prefixes = checkpoint_prefixes(os.path.join(save_dir, "checkpoints"))
+    if not prefixes:
+        raise FileNotFoundError(f"{save_dir!r} holds no checkpoint under checkpoints/.")
+    model = BiLM(BiLMConfig.from_json_file(options), name="bilm")
+    model.build()
+    restore_checkpoint(tf.train.Checkpoint(model=model), prefixes[-1], partial=True)
+    return model

@@ -1,0 +1,362 @@
+"""The evaluation pipeline's pieces: the fine-tuning recipes (numbers), classifiers and evaluate_classifier.
+
+The ULMFiT pieces are checked against their formulas (Howard & Ruder 2018, eq. 3 and §3.2) and the
+optimizer against a numpy statement of Adam. The classifier test trains the variants of
+evaluation/downstream.py on a few dozen sentences with the tiny fixture module and random "word2vec"
+vectors (in a tf_keras child process, as the pipeline does), then checks that
+`python -m elmo_tf.evaluate_classifier` reports the accuracy that a direct numpy computation from
+the module's outputs and the saved head weights gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from elmo_tf.downstream.finetune import (  # noqa: E402
+    FineTuneConfig,
+    FineTuner,
+    bilm_variable_groups,
+    group_learning_rates,
+    num_unfrozen,
+    slanted_triangular,
+)
+from elmo_tf.export.hub import export_original  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "tests" / "fixtures" / "tiny"
+CHILD_TIMEOUT = 900  # seconds; generous: on a shared 2-core machine the toy pipeline run took over 300 s
+
+
+# -- ULMFiT pieces -----------------------------------------------------------------------------------
+def test_slanted_triangular_matches_eq3():
+    T, cf, ratio, peak = 1000, 0.1, 32.0, 0.01
+    lrs = np.array([slanted_triangular(t, T, peak, cf, ratio) for t in range(T + 1)])
+    assert lrs[0] == pytest.approx(peak / ratio)
+    assert lrs[100] == pytest.approx(peak)  # cut = 100: the peak
+    assert lrs[550] == pytest.approx(peak * (1 + 0.5 * 31) / 32)  # p = 1 - 450 / 900 = 0.5
+    assert lrs[T] == pytest.approx(peak / ratio)
+    assert lrs[40] == pytest.approx(peak * (1 + 0.4 * 31) / 32)  # p = 40 / 100 on the way up
+    assert np.all(np.diff(lrs[:101]) > 0) and np.all(np.diff(lrs[100:]) < 0)
+    assert lrs.min() >= peak / ratio - 1e-15
+
+
+def test_discriminative_rates_and_gradual_unfreezing():
+    c = FineTuneConfig.ulmfit(0.01, total_steps=400, unfreeze_every=100)
+    assert c.discriminative_decay == 2.6 and c.cut_frac == 0.1 and c.ratio == 32
+    assert [num_unfrozen(s, 4, 100) for s in (0, 99, 100, 199, 200, 300, 399)] == [1, 1, 2, 2, 3, 4, 4]
+    assert num_unfrozen(5, 4, None) == 4
+    top = slanted_triangular(40, 400, 0.01)  # peak at step 40
+    assert group_learning_rates(40, 4, c) == pytest.approx([0, 0, 0, top])
+    assert group_learning_rates(150, 4, c) == pytest.approx([0, 0, slanted_triangular(150, 400, 0.01) / 2.6,
+                                                             slanted_triangular(150, 400, 0.01)])
+    rates = group_learning_rates(350, 4, c)
+    assert rates[3] == pytest.approx(slanted_triangular(350, 400, 0.01))
+    for g in range(3):
+        assert rates[g] == pytest.approx(rates[g + 1] / 2.6)
+    plain = FineTuneConfig.plain(0.003, total_steps=10)
+    assert group_learning_rates(0, 3, plain) == group_learning_rates(9, 3, plain) == [0.003] * 3
+    with pytest.raises(ValueError, match="discriminative_decay"):
+        FineTuneConfig(0.1, 10, discriminative_decay=0.5)
+    with pytest.raises(ValueError, match="unfreeze_every"):
+        FineTuneConfig.ulmfit(0.1, 10, unfreeze_every=0)
+
+
+def _numpy_adam(params, grads_fn, lrs_per_step, b1=0.9, b2=0.999, eps=1e-7):
+    """Adam (Kingma & Ba) as TF's kernel applies it; lrs_per_step[t][g] = 0 means group g is frozen."""
+    params = [p.copy() for p in params]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    t_group = [0] * len(params)
+    for lrs in lrs_per_step:
+        grads = grads_fn(params)
+        for g, lr in enumerate(lrs):
+            if lr == 0:
+                continue
+            t_group[g] += 1
+            t = t_group[g]
+            m[g] = b1 * m[g] + (1 - b1) * grads[g]
+            v[g] = b2 * v[g] + (1 - b2) * grads[g] ** 2
+            lr_t = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
+            params[g] = params[g] - lr_t * m[g] / (np.sqrt(v[g]) + eps)
+    return params
+
+
+def test_fine_tuner_matches_numpy_adam_with_ulmfit_schedule():
+    rng = np.random.RandomState(0)
+    init = [rng.randn(3).astype(np.float64) for _ in range(3)]
+    targets = [rng.randn(3) for _ in range(3)]
+    variables = [tf.Variable(p) for p in init]
+    scale = tf.constant([1.0, 2.0, 3.0], tf.float64)
+
+    def loss_fn(s):
+        return sum(tf.reduce_sum(s * (v - t) ** 2) for v, t in zip(variables, targets))
+
+    config = FineTuneConfig.ulmfit(0.05, total_steps=9, unfreeze_every=3)
+    tuner = FineTuner([[v] for v in variables], config, loss_fn)
+    for _ in range(9):
+        tuner.step(scale)
+    lrs = [group_learning_rates(t, 3, config) for t in range(9)]
+    expected = _numpy_adam(init, lambda ps: [2 * scale.numpy() * (p - t) for p, t in zip(ps, targets)], lrs)
+    for v, e in zip(variables, expected):
+        # TF's CPU kernel differs from float64 numpy by ~1e-5 relative; a wrong rate or bias correction is far larger.
+        np.testing.assert_allclose(v.numpy(), e, rtol=1e-4, atol=1e-6)
+    assert tuner.step_count == 9
+
+
+def test_fine_tuner_freezes_then_unfreezes_and_scales_steps():
+    variables = [tf.Variable(tf.zeros([4])) for _ in range(3)]
+    config = FineTuneConfig(0.01, 6, discriminative_decay=2.6, unfreeze_every=2)
+    tuner = FineTuner([[v] for v in variables], config, lambda: sum(tf.reduce_sum(v - 1.0) * -1.0 for v in variables))
+    tuner.step()
+    assert np.all(variables[0].numpy() == 0) and np.all(variables[1].numpy() == 0)
+    # Adam's first step moves each weight by its group's rate (constant gradient): 0.01 for the top group.
+    np.testing.assert_allclose(variables[2].numpy(), 0.01, rtol=1e-4)
+    tuner.step()
+    tuner.step()  # step 2: the middle group joins, with rate 0.01 / 2.6
+    np.testing.assert_allclose(variables[1].numpy(), 0.01 / 2.6, rtol=1e-4)
+    assert np.all(variables[0].numpy() == 0)
+    tuner.step()
+    tuner.step()
+    np.testing.assert_allclose(variables[0].numpy(), 0.01 / 2.6**2, rtol=1e-4)
+
+
+def test_fine_tuner_rejects_bad_groups():
+    v = tf.Variable(1.0)
+    with pytest.raises(ValueError, match="more than one group"):
+        FineTuner([[v], [v]], FineTuneConfig.plain(0.1, 1), lambda: v)
+    with pytest.raises(ValueError, match="at least one variable"):
+        FineTuner([[v], []], FineTuneConfig.plain(0.1, 1), lambda: v)
+    w = tf.Variable(2.0)
+    tuner = FineTuner([[v], [w]], FineTuneConfig.plain(0.1, 1), lambda: v * 3.0)
+    with pytest.raises(ValueError, match="does not depend"):
+        tuner.step()
+
+
+# -- classifiers end to end --------------------------------------------------------------------------
+WORDS = "good great fine nice bad awful poor dull movie plot acting film story the a was and".split()
+POSITIVE, NEGATIVE = WORDS[:4], WORDS[4:8]
+
+
+def _sentences(n, seed):
+    rng = np.random.RandomState(seed)
+    rows = []
+    for i in range(n):
+        label = i % 2
+        words = list(rng.choice(WORDS[8:], size=rng.randint(3, 7)))
+        words.insert(rng.randint(len(words) + 1), rng.choice(POSITIVE if label else NEGATIVE))
+        rows.append((label, " ".join(words)))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evaluate")
+    module = export_original(str(TINY / "options.json"), str(TINY / "weights.hdf5"), str(root / "module"), trainable="all")
+    # Random static vectors stand in for word2vec (the test venv has no gensim).
+    w2v = root / "w2v"
+    w2v.mkdir()
+    (w2v / "vocab.txt").write_text("".join(w + "\n" for w in WORDS[:-2]))
+    np.save(w2v / "vectors.npy", np.random.RandomState(1).randn(len(WORDS) - 2, 8).astype(np.float32))
+    for split, n, seed in (("train", 40, 0), ("dev", 24, 1)):
+        (root / f"{split}.tsv").write_text("label\tvalence\ttext\n" + "".join(f"{l}\t0.0\t{t}\n" for l, t in _sentences(n, seed)))
+    spec = {
+        "task": "toy", "out_dir": str(root / "classifiers"), "train": str(root / "train.tsv"), "dev": str(root / "dev.tsv"),
+        "module": module, "word2vec": str(w2v), "tokenizer": "whitespace", "seeds": [0],
+        # d_finetune_plain runs the same code as d_finetune_ulmfit with another FineTuneConfig (checked above).
+        "variants": ["a_layer0", "b_top", "c_mix", "d_finetune_ulmfit", "e_word2vec"],
+        "budget": {"train_examples": 0, "dev_examples": 0, "max_tokens": 6, "batch_size": 8, "hidden": 8, "dropout": 0.1,
+                   "head_epochs": 3, "head_learning_rate": 0.01, "ft_epochs": 1, "ft_learning_rates": [0.001, 0.0001]},
+    }
+    (root / "spec.json").write_text(json.dumps(spec))
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "evaluation.downstream", f"--spec={root / 'spec.json'}"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return root, module
+
+
+def test_finetuning_rate_is_chosen_on_held_out_training_examples(trained):
+    root, _ = trained
+    selection = json.loads((root / "classifiers" / "rate_selection_d_finetune_ulmfit.json").read_text())
+    assert selection["rates"] == [0.001, 0.0001]
+    assert (selection["fit_examples"], selection["held_out_examples"]) == (32, 8)
+    acc = selection["held_out_accuracy"]
+    assert set(acc) == {"0.001", "0.0001"} and all(a in {k / 8 for k in range(9)} for a in acc.values())
+    best = max(acc.values())
+    assert selection["chosen"] == next(r for r in selection["rates"] if acc[f"{r:g}"] == best)  # ties: first listed
+    metrics = json.loads((root / "classifiers" / "d_finetune_ulmfit" / "seed0" / "metrics.json").read_text())
+    assert metrics["finetune"]["learning_rate"] == selection["chosen"] and metrics["rate_selection"] == selection
+    assert metrics["finetune"]["total_steps"] == 5  # the full 40 examples, batch 8, one epoch
+
+
+def _evaluate_cli(model_dir, data):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "elmo_tf.evaluate_classifier", f"--model_dir={model_dir}", f"--data={data}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    return proc
+
+
+def _head_numpy(model_dir, pooled):
+    """The saved head applied to pooled per-layer features [N, K, D], from the checkpoint's raw values."""
+    ckpt = str(Path(model_dir) / "weights")
+    values = {name: tf.train.load_variable(ckpt, name) for name, _ in tf.train.list_variables(ckpt)}
+
+    def get(suffix):
+        matches = [v for k, v in values.items() if k.startswith("head/") and k.endswith("/" + suffix)]
+        assert len(matches) == 1, (suffix, sorted(values))
+        return matches[0]
+
+    config = json.loads((Path(model_dir) / "classifier.json").read_text())
+    scale = get("feature_scale/.ATTRIBUTES/VARIABLE_VALUE")
+    assert not np.allclose(scale, 1.0)  # set from the training features
+    pooled = (pooled - get("feature_mean/.ATTRIBUTES/VARIABLE_VALUE")) / scale
+    if config["head"]["mix"] == "learned":
+        w = get("mix_weights/.ATTRIBUTES/VARIABLE_VALUE")
+        mixed = get("gamma/.ATTRIBUTES/VARIABLE_VALUE") * np.einsum("nkd,k->nd", pooled, np.exp(w) / np.exp(w).sum())
+    else:
+        mixed = np.einsum("nkd,k->nd", pooled, np.array(config["head"]["fixed_weights"]))
+    h = np.maximum(mixed @ get("hidden/kernel/.ATTRIBUTES/VARIABLE_VALUE") + get("hidden/bias/.ATTRIBUTES/VARIABLE_VALUE"), 0)
+    return h @ get("out/kernel/.ATTRIBUTES/VARIABLE_VALUE") + get("out/bias/.ATTRIBUTES/VARIABLE_VALUE")
+
+
+def _dev(root):
+    rows = [l.split("\t") for l in (root / "dev.tsv").read_text().splitlines()[1:]]
+    return np.array([int(r[0]) for r in rows]), [r[2] for r in rows]
+
+
+def test_every_variant_is_saved_with_metrics(trained):
+    root, _ = trained
+    for variant in ("a_layer0", "b_top", "c_mix", "d_finetune_ulmfit", "e_word2vec"):
+        metrics = json.loads((root / "classifiers" / variant / "seed0" / "metrics.json").read_text())
+        assert metrics["variant"] == variant and metrics["dev_examples"] == 24 and metrics["train_examples"] == 40
+        assert 0.0 <= metrics["dev_accuracy"] <= 1.0
+        assert len(metrics["mix_weights"]) == (1 if variant == "e_word2vec" else 3)
+    a = json.loads((root / "classifiers" / "a_layer0" / "seed0" / "metrics.json").read_text())
+    assert a["mix_weights"] == [1.0, 0.0, 0.0]
+    ulmfit = json.loads((root / "classifiers" / "d_finetune_ulmfit" / "seed0" / "metrics.json").read_text())
+    assert ulmfit["finetune"]["discriminative_decay"] == 2.6 and ulmfit["finetune"]["schedule"] == "slanted_triangular"
+
+
+def _elmo_pooled(module_dir, texts, model_dir=None):
+    """Per-layer mean vectors [N, 3, 2P] from the module's `default` signature (numpy), with the
+    fine-tuned biLM variables of `model_dir`'s checkpoint when given."""
+    module = tf.saved_model.load(module_dir)
+    if model_dir is not None:
+        ckpt = str(Path(model_dir) / "weights")
+        saved = {n: tf.train.load_variable(ckpt, n) for n, _ in tf.train.list_variables(ckpt) if n.startswith("encoder_variables/")}
+        assert len(saved) == len(module.variables)
+        for i, v in enumerate(module.variables):
+            v.assign(saved[f"encoder_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE"])
+    out = module.signatures["default"](text=tf.constant(texts))
+    n = np.maximum(out["sequence_len"].numpy(), 1)[:, None]
+    word = out["word_emb"].numpy()
+    layers = [np.concatenate([word, word], -1), out["lstm_outputs1"].numpy(), out["lstm_outputs2"].numpy()]
+    return np.stack([l.sum(1) / n for l in layers], axis=1)
+
+
+def _metrics(root, variant):
+    return json.loads((root / "classifiers" / variant / "seed0" / "metrics.json").read_text())
+
+
+def test_evaluate_classifier_matches_direct_computation(trained):
+    root, module_dir = trained
+    model_dir = root / "classifiers" / "c_mix" / "seed0"
+    proc = _evaluate_cli(model_dir, root / "dev.tsv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    labels, texts = _dev(root)
+    pooled = _elmo_pooled(module_dir, [" ".join(t.split()[:6]) for t in texts])  # max_tokens = 6
+    expected = float((_head_numpy(model_dir, pooled).argmax(-1) == labels).mean())
+    assert result["n"] == len(labels) == 24 and result["variant"] == "c_mix"
+    assert result["accuracy"] == pytest.approx(expected)
+    assert result["correct"] == round(expected * 24)
+    assert _metrics(root, "c_mix")["dev_accuracy"] == pytest.approx(expected)  # the pipeline's own number
+
+
+def test_fine_tuned_classifier_accuracy_matches_direct_computation(trained):
+    root, module_dir = trained
+    model_dir = root / "classifiers" / "d_finetune_ulmfit" / "seed0"
+    labels, texts = _dev(root)
+    pooled = _elmo_pooled(module_dir, [" ".join(t.split()[:6]) for t in texts], model_dir)
+    expected = float((_head_numpy(model_dir, pooled).argmax(-1) == labels).mean())
+    assert _metrics(root, "d_finetune_ulmfit")["dev_accuracy"] == pytest.approx(expected)
+    # Fine-tuning changed the biLM (its variables differ from the exported module's).
+    ckpt = str(model_dir / "weights")
+    module = tf.saved_model.load(module_dir)
+    changed = [not np.allclose(v.numpy(), tf.train.load_variable(ckpt, f"encoder_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE"))
+               for i, v in enumerate(module.variables)]
+    assert any(changed)
+
+
+def test_word2vec_classifier_accuracy_matches_direct_computation(trained):
+    root, _ = trained
+    model_dir = root / "classifiers" / "e_word2vec" / "seed0"
+    labels, texts = _dev(root)
+    vocab = {w: i for i, w in enumerate(WORDS[:-2])}
+    vectors = np.load(root / "w2v" / "vectors.npy")
+    pooled = []
+    for t in texts:
+        known = [vectors[vocab[w]] for w in t.split()[:6] if w in vocab]
+        pooled.append(np.mean(known, axis=0) if known else np.zeros(8))
+    expected = float((_head_numpy(model_dir, np.array(pooled)[:, None, :]).argmax(-1) == labels).mean())
+    assert _metrics(root, "e_word2vec")["dev_accuracy"] == pytest.approx(expected)
+
+
+def test_evaluate_classifier_errors(trained, tmp_path):
+    from elmo_tf.downstream.classifier import ClassifierError, read_labelled_tsv
+
+    root, _ = trained
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("label\ttext\nx\tsome text\n")
+    with pytest.raises(ClassifierError, match=r"bad.tsv:2: the label must be an integer"):
+        read_labelled_tsv(str(bad))
+    bad.write_text("1\tsome text\n")
+    with pytest.raises(ClassifierError, match="header"):
+        read_labelled_tsv(str(bad))
+    bad.write_text("label\ttext\n1\ttoo\tmany\n")
+    with pytest.raises(ClassifierError, match="expected 2 tab-separated fields"):
+        read_labelled_tsv(str(bad))
+    proc = _evaluate_cli(tmp_path, root / "dev.tsv")  # not a classifier folder
+    assert proc.returncode == 2 and "classifier.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bilm_variable_groups_of_a_module(trained):
+    _, module_dir = trained
+    module = tf.saved_model.load(module_dir)
+    groups = bilm_variable_groups(module.trainable_variables, num_lstm_layers=2)
+    assert [len(g) for g in groups] == [len(groups[0]), 6, 6]
+    assert all("bilstm/forward_1/" in v.name or "bilstm/backward_1/" in v.name for v in groups[2])
+    assert sum(len(g) for g in groups) == len(module.trainable_variables) - 2  # the scalar mix is left out
+    with pytest.raises(ValueError, match="not part of a biLM"):
+        bilm_variable_groups([tf.Variable(1.0, name="dense/kernel")])
+
+
+def test_lm_corpus_sources_are_mixed_into_shards(tmp_path):
+    """Every line kept once, each shard drawn from every source, the same order on every run."""
+    from evaluation.lm import mix_shards
+
+    sources = {"novel.txt": [f"novel {i}" for i in range(40)], "docs.txt": [f"docs {i}" for i in range(24)]}
+    runs = []
+    for run in ("a", "b"):
+        folder = tmp_path / run
+        folder.mkdir()
+        for name, lines in sources.items():
+            (folder / name).write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+        mix_shards(str(folder), 4, seed=0)
+        shards = {p.name: p.read_text(encoding="utf-8").splitlines() for p in sorted(folder.iterdir())}
+        runs.append(shards)
+    assert runs[0] == runs[1] and sorted(runs[0]) == [f"shard-{k:02d}.txt" for k in range(4)]
+    every = [l for lines in runs[0].values() for l in lines]
+    assert sorted(every) == sorted(sources["novel.txt"] + sources["docs.txt"])
+    for lines in runs[0].values():
+        assert {l.split()[0] for l in lines} == {"novel", "docs"} and len(lines) == 16

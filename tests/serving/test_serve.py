@@ -1,0 +1,518 @@
+"""The REST server (elmo_tf/serving/server.py) against direct calls of the SavedModel it serves.
+
+One export of tests/fixtures/tiny is made per module as a TF Serving base path holding versions 1 and 2
+(the server must pick 2) and served in-process on a free loopback port, with small limits so that every
+limit can be hit cheaply: at most 4 sentences per model call, 16 in the queue, 64 KiB per body, and a 50 ms
+batch window so that concurrent requests share model calls. Every numeric check compares with
+`tf.saved_model.load(...).signatures[...]` called on the same request alone: a request that had a model call
+of its own must match exactly (JSON carries float32 values losslessly); one that shared a call with other
+requests, or was split over several, within BATCH_TOL, because TF's float32 kernels round differently for
+different batch shapes (a sentence embedded alone vs. in a batch of 11 differs by up to 2e-6 in direct calls
+too). The SIGTERM test runs `python -m elmo_tf.serve` as a child process.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from elmo_tf.serving import server as serve  # noqa: E402
+from elmo_tf.export.hub import export_original  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "tests" / "fixtures" / "tiny"
+SENTENCES = (TINY / "sentences.txt").read_text(encoding="utf-8").splitlines()
+BATCH_TOL = 1e-5
+OPTIONS = serve.ServerOptions(max_batch_size=4, batch_timeout_ms=50, max_enqueued_batches=4, max_request_bytes=64 << 10)
+# Seconds; generous bounds so that a hung server fails the test instead of the run.
+CHILD_TIMEOUT = 120
+
+
+# ----------------------------------------------------------------------------------------------------
+# Shared export, reference and server
+
+
+@pytest.fixture(scope="module")
+def base_path(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("serving") / "elmo"
+    base.mkdir()
+    export_original(str(TINY / "options.json"), str(TINY / "weights.hdf5"), str(base / "1"))
+    shutil.copytree(base / "1", base / "2")  # the server must serve the highest version
+    return base
+
+
+@pytest.fixture(scope="module")
+def reference(base_path):
+    return tf.saved_model.load(str(base_path / "2"))
+
+
+@pytest.fixture(scope="module")
+def server(base_path):
+    model = serve.ServedModel(str(base_path), "elmo")
+    srv = serve.ModelServer(model, "127.0.0.1", 0, OPTIONS)
+    thread = srv.serve_in_background()
+    yield srv
+    srv.stop()
+    thread.join(timeout=CHILD_TIMEOUT)
+
+
+def direct(reference, signature: str, **inputs) -> dict[str, np.ndarray]:
+    """The SavedModel called directly on one request."""
+    out = reference.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def pad_tokens(sentences: list[str], columns: int | None = None) -> tuple[list[list[str]], list[int]]:
+    tokens = [s.split() for s in sentences]
+    columns = columns or max(map(len, tokens))
+    return [t + [""] * (columns - len(t)) for t in tokens], [len(t) for t in tokens]
+
+
+def request(port: int, method: str, path: str, body=None, headers=None) -> tuple[int, dict, http.client.HTTPResponse]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CHILD_TIMEOUT)
+    try:
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        payload = json.loads(response.read())
+    finally:
+        conn.close()
+    return response.status, payload, response
+
+
+def predict(server, payload, path="/v1/models/elmo:predict") -> dict:
+    status, body, _ = request(server.port, "POST", path, payload)
+    assert status == 200, body
+    return body
+
+
+def rows_to_columns(predictions: list[dict]) -> dict[str, np.ndarray]:
+    return {key: np.array([p[key] for p in predictions]) for key in predictions[0]}
+
+
+def assert_outputs_equal(got: dict, want: dict[str, np.ndarray], tol: float = 0.0) -> None:
+    """Same keys, shapes and values (exactly, or within `tol`)."""
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+        array = np.asarray(got[key])
+        assert array.shape == value.shape, (key, array.shape, value.shape)
+        np.testing.assert_allclose(array, value, rtol=0, atol=tol, err_msg=key)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Status and metadata
+
+
+def test_status_lists_the_highest_version(server):
+    ok = {"error_code": "OK", "error_message": ""}
+    want = {"model_version_status": [{"version": "2", "state": "AVAILABLE", "status": ok}]}
+    for path in ("/v1/models/elmo", "/v1/models/elmo/versions/2"):
+        status, body, response = request(server.port, "GET", path)
+        assert (status, body) == (200, want)
+        assert response.getheader("Content-Type") == "application/json"
+
+
+def test_metadata_has_tf_serving_shape(server):
+    status, body, _ = request(server.port, "GET", "/v1/models/elmo/metadata")
+    assert status == 200
+    assert body["model_spec"] == {"name": "elmo", "signature_name": "", "version": "2"}
+    defs = body["metadata"]["signature_def"]["signature_def"]
+    assert {"default", "serving_default", "tokens"} <= set(defs)
+    tokens = defs["tokens"]
+    assert tokens["method_name"] == "tensorflow/serving/predict"
+    assert tokens["inputs"]["tokens"]["dtype"] == "DT_STRING"
+    assert [d["size"] for d in tokens["inputs"]["tokens"]["tensor_shape"]["dim"]] == ["-1", "-1"]
+    assert tokens["inputs"]["sequence_len"]["dtype"] == "DT_INT32"
+    assert defs["serving_default"]["inputs"]["text"]["dtype"] == "DT_STRING"
+    outputs = {"word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "default", "sequence_len"}
+    assert set(defs["default"]["outputs"]) == outputs
+    elmo_dims = [d["size"] for d in defs["default"]["outputs"]["elmo"]["tensor_shape"]["dim"]]
+    assert elmo_dims == ["-1", "-1", "32"]
+    assert request(server.port, "GET", "/v1/models/elmo/versions/2/metadata")[1] == body
+
+
+# ----------------------------------------------------------------------------------------------------
+# Predict, both formats, both signatures
+
+
+@pytest.mark.parametrize("signature_name", [None, "", "serving_default", "default"])
+def test_text_row_format(server, reference, signature_name):
+    texts = SENTENCES[:3]
+    payload = {"instances": texts}
+    if signature_name is not None:
+        payload["signature_name"] = signature_name
+    body = predict(server, payload)
+    assert set(body) == {"predictions"} and len(body["predictions"]) == 3
+    assert_outputs_equal(rows_to_columns(body["predictions"]), direct(reference, "default", text=texts))
+
+
+def test_text_columnar_format(server, reference):
+    texts = SENTENCES[2:6]
+    want = direct(reference, "default", text=texts)
+    assert_outputs_equal(predict(server, {"inputs": texts})["outputs"], want)
+    assert_outputs_equal(predict(server, {"signature_name": "default", "inputs": {"text": texts}})["outputs"], want)
+    # One-input signatures also take row objects naming the input, as TF Serving does.
+    body = predict(server, {"instances": [{"text": t} for t in texts]})
+    assert_outputs_equal(rows_to_columns(body["predictions"]), want)
+
+
+def test_tokens_row_format(server, reference):
+    tokens, lengths = pad_tokens(SENTENCES[:4], columns=60)  # columns beyond the longest sentence are kept
+    instances = [{"tokens": t, "sequence_len": n} for t, n in zip(tokens, lengths)]
+    body = predict(server, {"signature_name": "tokens", "instances": instances})
+    want = direct(reference, "tokens", tokens=tokens, sequence_len=np.array(lengths, np.int32))
+    assert want["elmo"].shape[1] == 60
+    assert_outputs_equal(rows_to_columns(body["predictions"]), want)
+
+
+def test_tokens_columnar_format_and_version_path(server, reference):
+    tokens, lengths = pad_tokens(SENTENCES[4:])
+    lengths[0] -= 1  # sequence_len may stop before the last token
+    payload = {"signature_name": "tokens", "inputs": {"tokens": tokens, "sequence_len": lengths}}
+    want = direct(reference, "tokens", tokens=tokens, sequence_len=np.array(lengths, np.int32))
+    for path in ("/v1/models/elmo:predict", "/v1/models/elmo/versions/2:predict"):
+        assert_outputs_equal(predict(server, payload, path)["outputs"], want)
+
+
+def test_base64_strings(server, reference):
+    raw = [SENTENCES[3].encode("utf-8"), b"caf\xc3 \xff\xfe bytes"]  # the second is not valid UTF-8
+    b64 = [{"b64": base64.b64encode(x).decode("ascii")} for x in raw]
+    want = direct(reference, "default", text=raw)
+    assert_outputs_equal(rows_to_columns(predict(server, {"instances": b64})["predictions"]), want)
+    assert_outputs_equal(predict(server, {"inputs": b64})["outputs"], want)
+    tokens = [[{"b64": base64.b64encode(t.encode()).decode()} for t in ["The", "cat", ""]]]
+    body = predict(server, {"signature_name": "tokens", "inputs": {"tokens": tokens, "sequence_len": [2]}})
+    want = direct(reference, "tokens", tokens=[["The", "cat", ""]], sequence_len=np.array([2], np.int32))
+    assert_outputs_equal(body["outputs"], want)
+
+
+def test_request_larger_than_a_batch_is_split_and_reassembled(server, reference):
+    texts = SENTENCES + SENTENCES[:3]  # 11 sentences > max_batch_size 4: three model calls
+    want = direct(reference, "default", text=texts)
+    assert_outputs_equal(predict(server, {"inputs": texts})["outputs"], want, BATCH_TOL)
+    tokens, lengths = pad_tokens(texts)
+    body = predict(server, {"signature_name": "tokens", "inputs": {"tokens": tokens, "sequence_len": lengths}})
+    want = direct(reference, "tokens", tokens=tokens, sequence_len=np.array(lengths, np.int32))
+    assert_outputs_equal(body["outputs"], want, BATCH_TOL)
+
+
+def test_concurrent_clients_are_batched_and_get_their_own_results(server, reference):
+    """8 clients at once: requests share model calls, yet each response equals its request run alone."""
+    jobs = []  # per client: (payload, expected outputs, format)
+    for i in range(8):
+        one = [SENTENCES[i]]
+        two = [SENTENCES[i], SENTENCES[(i + 3) % 8]]
+        tokens, lengths = pad_tokens(two, columns=max(len(s.split()) for s in two) + i)  # ragged T across clients
+        lengths_np = np.array(lengths, np.int32)
+        jobs.append([
+            ({"instances": one}, direct(reference, "default", text=one), "predictions"),
+            ({"signature_name": "tokens", "inputs": {"tokens": tokens, "sequence_len": lengths}},
+             direct(reference, "tokens", tokens=tokens, sequence_len=lengths_np), "outputs"),
+            ({"inputs": two}, direct(reference, "default", text=two), "outputs"),
+        ])
+    before = dict(server.batcher.stats)
+    barrier = threading.Barrier(8)
+    results: dict[int, list] = {}
+
+    def client(i):
+        barrier.wait()
+        results[i] = [request(server.port, "POST", "/v1/models/elmo:predict", payload)[:2] for payload, _, _ in jobs[i]]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(CHILD_TIMEOUT)
+    for i in range(8):
+        for (status, body), (_, want, key) in zip(results[i], jobs[i]):
+            assert status == 200, body
+            got = rows_to_columns(body[key]) if key == "predictions" else body[key]
+            assert_outputs_equal(got, want, BATCH_TOL)
+    stats = server.batcher.stats
+    calls, tasks = stats["batches"] - before["batches"], stats["tasks"] - before["tasks"]
+    assert tasks == 24
+    assert calls < tasks  # requests were merged into shared model calls
+
+
+# ----------------------------------------------------------------------------------------------------
+# Errors: status code, an "error" message, and the server keeps serving
+
+
+def tokens_inputs(tokens, lengths):
+    return {"signature_name": "tokens", "inputs": {"tokens": tokens, "sequence_len": lengths}}
+
+
+ERRORS = [
+    # (method, path, body, status, part of the message)
+    ("POST", ":predict", "{", 400, "JSON Parse error"),
+    ("POST", ":predict", "", 400, "empty"),
+    ("POST", ":predict", "[1, 2]", 400, "JSON object"),
+    ("POST", ":predict", {"instances": []}, 400, "No values in 'instances'"),
+    ("POST", ":predict", {"instances": "The cat"}, 400, "must be a list"),
+    ("POST", ":predict", {"signature_name": "nope", "instances": ["a"]}, 400, '"nope" not found'),
+    ("POST", ":predict", {"signature_name": 3, "instances": ["a"]}, 400, "signature_name"),
+    ("POST", ":predict", {"instances": ["a"], "inputs": ["a"]}, 400, "not both"),
+    ("POST", ":predict", {"examples": ["a"]}, 400, "Missing 'inputs' or 'instances'"),
+    ("POST", ":predict", {"instances": [3]}, 400, "expected a string"),
+    ("POST", ":predict", {"instances": [["a"]]}, 400, "rank 0"),
+    ("POST", ":predict", {"instances": ["a", {"text": "b"}]}, 400, "Instance 1"),
+    ("POST", ":predict", {"inputs": "The cat"}, 400, "rank 1"),
+    ("POST", ":predict", {"inputs": {"text": ["a"], "extra": 1}}, 400, "unknown ['extra']"),
+    ("POST", ":predict", {"inputs": [{"b64": "@@@"}]}, 400, "base64"),
+    ("POST", ":predict", {"signature_name": "tokens", "instances": ["a"]}, 400, "several inputs"),
+    ("POST", ":predict", {"signature_name": "tokens", "inputs": ["a"]}, 400, "several inputs"),
+    ("POST", ":predict", {"signature_name": "tokens", "instances": [{"tokens": ["a"]}]}, 400, "lacks ['sequence_len']"),
+    ("POST", ":predict", {"signature_name": "tokens", "instances": [{"tokens": ["a"], "sequence_len": 1, "x": 0}]},
+     400, "unknown ['x']"),
+    ("POST", ":predict", {"signature_name": "tokens", "instances": [
+        {"tokens": ["a", "b"], "sequence_len": 2}, {"tokens": ["c"], "sequence_len": 1}]}, 400, "same shape"),
+    ("POST", ":predict", {"signature_name": "tokens", "inputs": {"tokens": [["a"]]}}, 400, "lacks ['sequence_len']"),
+    ("POST", ":predict", tokens_inputs(["a", "b"], [1]), 400, "rank 2"),
+    ("POST", ":predict", tokens_inputs([["a", "b"], ["c"]], [2, 1]), 400, "rectangular"),
+    ("POST", ":predict", tokens_inputs([["a", "b"]], [1.0]), 400, "expected an integer"),
+    ("POST", ":predict", tokens_inputs([["a", "b"]], ["2"]), 400, "expected an integer"),
+    ("POST", ":predict", tokens_inputs([["a", "b"]], [2**40]), 400, "out of the range of int32"),
+    ("POST", ":predict", tokens_inputs([["a", "b"]], [3]), 400, "sequence_len[0] = 3 is out of range"),
+    ("POST", ":predict", tokens_inputs([["a", "b"], ["c", ""]], [2, -1]), 400, "sequence_len[1] = -1"),
+    ("POST", ":predict", tokens_inputs([["a", "b"]], [1, 1]), 400, "same number of rows"),
+    ("POST", ":predict", {"inputs": ["x"] * 17}, 413, "at most 16"),
+    ("POST", ":classify", {"examples": [{}]}, 400, "use :predict"),
+    ("POST", "/v1/models/other:predict", {"instances": ["a"]}, 404, "Servable not found"),
+    ("POST", "/v1/models/elmo/versions/1:predict", {"instances": ["a"]}, 404, "Specific(elmo, 1)"),
+    ("POST", "/v1/models/elmo/labels/canary:predict", {"instances": ["a"]}, 404, "label"),
+    ("GET", "/v1/models/other", None, 404, "Could not find any versions of model other"),
+    ("GET", "/v1/models/elmo/versions/7", None, 404, "Could not find version 7"),
+    ("GET", "/v1/models/elmo/versions/7/metadata", None, 404, "Could not find version 7"),
+    ("GET", "/v2/models/elmo", None, 404, "Malformed request"),
+    ("GET", "/v1/models/elmo/extra", None, 404, "Malformed request"),
+    ("GET", ":predict", None, 405, "takes POST"),
+    ("POST", "/v1/models/elmo", {"instances": ["a"]}, 405, "takes GET"),
+    ("PUT", "/v1/models/elmo", "{}", 405, "takes GET"),
+    ("DELETE", ":predict", None, 405, "takes POST"),
+    ("POST", ":predict", "x" * (65 << 10), 413, "exceeds the limit of 65536 bytes"),
+]
+
+
+@pytest.mark.parametrize("method, path, body, status, message", ERRORS, ids=[f"{e[3]}-{e[4]}" for e in ERRORS])
+def test_errors(server, method, path, body, status, message):
+    if path.startswith(":"):
+        path = "/v1/models/elmo" + path
+    got_status, payload, response = request(server.port, method, path, body)
+    assert got_status == status, payload
+    assert set(payload) == {"error"} and message in payload["error"], payload
+    assert "Traceback" not in payload["error"]
+    if status == 405:
+        assert response.getheader("Allow") in ("GET", "POST")
+    # The server keeps serving.
+    assert request(server.port, "GET", "/v1/models/elmo")[0] == 200
+
+
+def raw_exchange(port: int, data: bytes) -> tuple[int, dict]:
+    """Sends raw bytes and reads one response (for requests http.client will not make)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=CHILD_TIMEOUT) as sock:
+        sock.sendall(data)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, json.loads(response.read())
+
+
+def test_protocol_errors(server):
+    # A predict without Content-Length.
+    status, body = raw_exchange(
+        server.port, b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    assert status == 411 and "Content-Length" in body["error"]
+    # A chunked body.
+    status, body = raw_exchange(
+        server.port, b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    )
+    assert status == 411 and "Chunked" in body["error"]
+    # An oversized body announced with "Expect: 100-continue" is refused before it is sent.
+    status, body = raw_exchange(
+        server.port,
+        b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n"
+        b"Expect: 100-continue\r\n\r\n",
+    )
+    assert status == 413 and "max_request_bytes" in body["error"]
+    # A malformed request line and an unknown method get JSON errors too.
+    status, body = raw_exchange(server.port, b"GARBAGE\r\n\r\n")
+    assert status == 400 and "error" in body
+    status, body = raw_exchange(server.port, b"BREW /v1/models/elmo HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 405 and "BREW" in body["error"]
+    assert request(server.port, "GET", "/v1/models/elmo")[0] == 200
+
+
+def test_model_errors_become_400_with_a_clean_message(server):
+    """An InvalidArgumentError raised inside the model is a 400 without graph node names."""
+    signature = server.model.signatures["tokens"]
+    with pytest.raises(serve.ServeError) as info:
+        server.model.run(signature, {"tokens": np.array([[b"a"]], object), "sequence_len": np.array([5], np.int32)})
+    assert info.value.status == 400
+    message = info.value.message
+    assert "sequence_len" in message and "{{node" not in message and "Op:" not in message
+
+
+# ----------------------------------------------------------------------------------------------------
+# The batcher alone (a stand-in model, so that timing is under the test's control)
+
+
+def fake_signature() -> serve.Signature:
+    spec = tf.TensorSpec([None], tf.string)
+    return serve.Signature("fake", None, {"text": spec}, {"sequence_len": tf.TensorSpec([None], tf.int32)}, True, None)
+
+
+def test_batcher_runs_the_rest_of_a_batch_when_one_request_fails():
+    calls = []
+
+    def run(signature, inputs):
+        calls.append(len(inputs["text"]))
+        if b"bad" in list(inputs["text"]):
+            raise serve.ServeError(400, "bad input")
+        return {"sequence_len": np.array([len(x) for x in inputs["text"]], np.int32)}
+
+    batcher = serve.Batcher(run, max_batch_size=3, timeout_s=5.0, max_queued_rows=10)
+    signature, results = fake_signature(), {}
+
+    def client(text):
+        try:
+            outputs = batcher.predict(signature, {"text": np.array([text.encode()], object)})
+            results[text] = outputs["sequence_len"].tolist()
+        except serve.ServeError as e:
+            results[text] = e.status
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in ("ab", "bad", "abcd")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(CHILD_TIMEOUT)
+    batcher.close()
+    assert results == {"ab": [2], "bad": 400, "abcd": [4]}
+    assert calls[0] == 3 and sorted(calls[1:]) == [1, 1, 1]  # one merged call, then each request alone
+
+
+def test_batcher_queue_is_bounded():
+    started, release = threading.Event(), threading.Event()
+
+    def run(signature, inputs):
+        started.set()
+        release.wait(CHILD_TIMEOUT)
+        return {"sequence_len": np.zeros(len(inputs["text"]), np.int32)}
+
+    batcher = serve.Batcher(run, max_batch_size=1, timeout_s=0.0, max_queued_rows=1)
+    signature, one = fake_signature(), {"text": np.array([b"x"], object)}
+    threads = [threading.Thread(target=batcher.predict, args=(signature, one)) for _ in range(2)]
+    threads[0].start()
+    assert started.wait(CHILD_TIMEOUT)  # the worker is busy with the first request
+    threads[1].start()  # the second waits in the queue, which is then full
+    deadline = time.monotonic() + CHILD_TIMEOUT
+    while batcher._queued_rows < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(serve.ServeError) as info:
+        batcher.predict(signature, one)
+    assert info.value.status == 503 and info.value.headers == {"Retry-After": "1"}
+    release.set()
+    for t in threads:
+        t.join(CHILD_TIMEOUT)
+    batcher.close()
+    with pytest.raises(serve.ServeError) as info:
+        batcher.predict(signature, one)
+    assert info.value.status == 503 and "shutting down" in info.value.message
+
+
+# ----------------------------------------------------------------------------------------------------
+# Model folders
+
+
+def test_resolve_model_dir(tmp_path):
+    def saved_model(path: Path) -> Path:
+        path.mkdir(parents=True)
+        (path / "saved_model.pb").write_bytes(b"")
+        return path
+
+    plain = saved_model(tmp_path / "plain")
+    assert serve.resolve_model_dir(str(plain)) == (str(plain), 1)
+    numbered = saved_model(tmp_path / "numbered" / "7")
+    assert serve.resolve_model_dir(str(numbered)) == (str(numbered), 7)
+    base = tmp_path / "base"
+    for version in ("1", "3"):
+        saved_model(base / version)
+    (base / "10").mkdir()  # no SavedModel inside: not a version
+    (base / ".3.tmp-x").mkdir()
+    assert serve.resolve_model_dir(str(base)) == (str(base / "3"), 3)
+    with pytest.raises(serve.ModelDirError, match="numbered version folders"):
+        serve.resolve_model_dir(str(tmp_path / "base" / "10"))
+    with pytest.raises(serve.ModelDirError, match="not a directory"):
+        serve.resolve_model_dir(str(tmp_path / "missing"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# The command line: clean shutdown on SIGTERM
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_requests_in_flight_and_exits_0(base_path, reference, tmp_path):
+    log_path = tmp_path / "serve.log"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    with open(log_path, "w") as log:
+        # A 3 s batch window keeps the request below queued when SIGTERM arrives.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "elmo_tf.serve", f"--model_dir={base_path}", "--port=0", "--batch_timeout_ms=3000"],
+            cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline, match = time.monotonic() + CHILD_TIMEOUT, None
+        while not match and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            match = re.search(r"at http://127\.0\.0\.1:(\d+)/v1/models/elmo", log_path.read_text())
+        assert match, log_path.read_text()
+        port = int(match.group(1))
+
+        idle = http.client.HTTPConnection("127.0.0.1", port, timeout=CHILD_TIMEOUT)  # a keep-alive client, idle
+        idle.request("GET", "/v1/models/elmo")
+        assert idle.getresponse().read()
+
+        outcome = {}
+
+        def in_flight():
+            outcome["response"] = request(port, "POST", "/v1/models/elmo:predict", {"instances": [SENTENCES[0]]})[:2]
+            outcome["at"] = time.monotonic()
+
+        client = threading.Thread(target=in_flight)
+        client.start()
+        time.sleep(0.5)
+        signalled_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=CHILD_TIMEOUT) == 0, log_path.read_text()
+        client.join(CHILD_TIMEOUT)
+        idle.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    status, body = outcome["response"]
+    assert status == 200, body
+    assert outcome["at"] > signalled_at  # it was in flight when the signal came
+    assert_outputs_equal(rows_to_columns(body["predictions"]), direct(reference, "default", text=[SENTENCES[0]]))
+    log = log_path.read_text()
+    assert "Shutting down" in log and "Stopped." in log and "Traceback" not in log
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
