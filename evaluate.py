@@ -24,7 +24,6 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see docs/PERFORMANCE.md
 
 from absl import app, flags, logging  # noqa: E402
 

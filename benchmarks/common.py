@@ -10,8 +10,7 @@ import statistics
 import time
 from typing import Any, Sequence
 
-# The CPU kernels the package and its commands select (elmo_tf/__init__.py), before TensorFlow loads.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see docs/PERFORMANCE.md
+import elmo_tf  # noqa: E402,F401  (TensorFlow's environment defaults, before TensorFlow loads)
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

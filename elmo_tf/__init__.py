@@ -1,11 +1,8 @@
 """elmo_tf: ELMo (Peters et al. 2018) for TensorFlow 2 / Keras 3: layers, weights IO and TF-Hub export."""
 
-import os as _os
+from elmo_tf.utils import env as _env
 
-# oneDNN's CPU kernels run the large float32 matmuls of this model about twice as fast as TensorFlow's default
-# (Eigen) kernels on CPUs where TensorFlow leaves them off (measured in docs/PERFORMANCE.md). Only a default:
-# TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen, and nothing changes if TensorFlow was imported before this package.
-_os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+_env.set_defaults()  # before TensorFlow loads (below)
 
 from elmo_tf.model.bilm import BiLM  # noqa: E402
 from elmo_tf.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig  # noqa: E402

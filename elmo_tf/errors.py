@@ -119,17 +119,3 @@ def load_saved_model(path: str, error_type: Type[Exception]):
             f"The SavedModel in {path!r} cannot be loaded ({type(e).__name__}: {tf_error_message(e)}). It is damaged "
             "or incomplete (a copy cut short?); export it again with export.py."
         ) from None
-
-
-def write_file_safely(path: str, data) -> None:
-    """Writes bytes to `path` through a temporary file and a rename: a failure (a full disk) raises OSError and
-    leaves `path` as it was. Used for HDF5 images built in memory, since HDF5's own file driver can crash the
-    process when a write fails."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)

@@ -25,13 +25,15 @@ import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see docs/PERFORMANCE.md
 
 import numpy as np  # noqa: E402
+
+import elmo_tf  # noqa: E402,F401  (TensorFlow's environment defaults, before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
 
 from elmo_tf.downstream import classifier as C  # noqa: E402
 from elmo_tf.downstream.finetune import FineTuneConfig  # noqa: E402
+from elmo_tf.utils.files import atomic_path, atomic_write_json
 
 FROZEN = {
     "a_layer0": ("fixed", "layer0"),
@@ -117,8 +119,8 @@ def run(spec: dict) -> None:
         dev_prep, dev_len = probe.prepare(x_dev)
         log(f"{task}: encoding with {encoder} ({int(train_len.sum()) + int(dev_len.sum())} tokens)")
         feats = (probe.encode(train_prep, b["batch_size"] * 2, "train"), probe.encode(dev_prep, b["batch_size"] * 2, "dev"))
-        np.savez(path + ".tmp.npz", train=feats[0], dev=feats[1])
-        os.replace(path + ".tmp.npz", path)
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, train=feats[0], dev=feats[1])
         features[encoder] = feats
         return feats
 
@@ -199,9 +201,7 @@ def run(spec: dict) -> None:
         chosen = max(rates, key=lambda r: (accuracy[f"{r:g}"], -rates.index(r)))
         saved = {"rates": rates, "held_out_accuracy": accuracy, "chosen": chosen, "fit_examples": len(fit), "held_out_examples": len(held)}
         log(f"{task} {variant}: rate {chosen:g} chosen (held-out accuracy per rate {accuracy})")
-        with open(path + ".tmp", "w") as f:
-            json.dump(saved, f, indent=1)
-        os.replace(path + ".tmp", path)
+        atomic_write_json(path, saved, indent=1)
         return saved
 
     for variant in spec["variants"]:

@@ -13,13 +13,12 @@ from typing import Optional
 
 import numpy as np
 
+from elmo_tf.utils.files import atomic_write, atomic_write_json, write_folder_atomically
+
 
 def write_json(path: str, obj) -> None:
     """Writes JSON atomically (a crash never leaves half a file)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
-    os.replace(tmp, path)
+    atomic_write_json(path, obj, indent=2, ensure_ascii=False)
 
 
 def tokenize_file(src: str, dst: str, tokenizer: str, max_lines: Optional[int] = None, every: int = 1) -> int:
@@ -36,10 +35,7 @@ def tokenize_file(src: str, dst: str, tokenizer: str, max_lines: Optional[int] =
     for i in range(0, len(lines), 4096):
         tokens = char_ids.split_text(tf.constant(lines[i : i + 4096]), tokenizer)
         out += [t.decode("utf-8") for t in tf.strings.reduce_join(tokens, axis=1, separator=" ").numpy()]
-    tmp = dst + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(l + "\n" for l in out if l))
-    os.replace(tmp, dst)
+    atomic_write(dst, "".join(l + "\n" for l in out if l))
     return len(out)
 
 
@@ -60,14 +56,14 @@ def mix_shards(folder: str, n_shards: int, seed: int) -> None:
         with open(os.path.join(folder, name), encoding="utf-8") as f:
             lines += f.read().splitlines()
     lines = [lines[i] for i in np.random.RandomState(seed).permutation(len(lines))]
-    for k in range(n_shards):
-        tmp = os.path.join(folder, f".shard-{k:02d}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("".join(l + "\n" for l in lines[k::n_shards]))
-    for name in names:
-        os.remove(os.path.join(folder, name))
-    for k in range(n_shards):
-        os.replace(os.path.join(folder, f".shard-{k:02d}.tmp"), os.path.join(folder, f"shard-{k:02d}.txt"))
+
+    def write(new_folder: str, scratch: str) -> None:
+        os.makedirs(new_folder)
+        for k in range(n_shards):
+            with open(os.path.join(new_folder, f"shard-{k:02d}.txt"), "w", encoding="utf-8") as f:
+                f.write("".join(l + "\n" for l in lines[k::n_shards]))
+
+    write_folder_atomically(folder, write)
 
 
 def prepare_corpus(train_glob: str, heldout_glob: str, out_dir: str, tokenizer: str, heldout_sentences: int) -> dict:

@@ -6,7 +6,6 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see docs/PERFORMANCE.md
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402

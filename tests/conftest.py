@@ -5,11 +5,10 @@ import os
 import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# The CPU kernels the package and its commands select (elmo_tf/__init__.py), before TensorFlow loads.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see docs/PERFORMANCE.md
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import elmo_tf  # noqa: E402,F401  (TensorFlow's environment defaults, before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
 
 # Multi-device code is tested on CPU: split it into 3 logical devices before TensorFlow initialises.

@@ -14,7 +14,6 @@ import os
 from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # oneDNN CPU kernels: see docs/PERFORMANCE.md
 
 from absl import app, flags, logging  # noqa: E402
 from elmo_tf.errors import InputError

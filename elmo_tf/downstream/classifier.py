@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from typing import Any, Optional, Sequence
@@ -34,6 +33,7 @@ import tensorflow as tf
 from elmo_tf.text import char_ids
 from elmo_tf.downstream.finetune import FineTuneConfig, FineTuner, bilm_variable_groups
 from elmo_tf.errors import ClassifierError
+from elmo_tf.utils.files import atomic_write_json, write_folder_atomically
 
 FORMAT = "elmo_tf-classifier/1"
 CONFIG_NAME = "classifier.json"
@@ -399,18 +399,15 @@ class Classifier:
 
         Paths in the config are relative to `model_dir`'s parent folder layout as given by the caller.
         """
-        tmp = model_dir.rstrip("/") + ".tmp-save"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        self._checkpoint().write(os.path.join(tmp, CHECKPOINT_NAME))
-        with open(os.path.join(tmp, CONFIG_NAME), "w", encoding="utf-8") as f:
-            json.dump(self.config, f, indent=2, ensure_ascii=False)
-        if metrics is not None:
-            with open(os.path.join(tmp, "metrics.json"), "w") as f:
-                json.dump(metrics, f, indent=2)
-        if os.path.exists(model_dir):
-            shutil.rmtree(model_dir)
-        os.rename(tmp, model_dir)
+
+        def write(folder: str, scratch: str) -> None:
+            os.makedirs(folder)
+            self._checkpoint().write(os.path.join(folder, CHECKPOINT_NAME))
+            atomic_write_json(os.path.join(folder, CONFIG_NAME), self.config, indent=2, ensure_ascii=False)
+            if metrics is not None:
+                atomic_write_json(os.path.join(folder, "metrics.json"), metrics, indent=2)
+
+        write_folder_atomically(model_dir, write)
 
 
 def load(model_dir: str) -> Classifier:

@@ -40,8 +40,9 @@ from absl import logging
 from elmo_tf.text import char_ids
 from elmo_tf.model.bilm import PRECISIONS, with_precision
 from elmo_tf.model.config import BiLMConfig
-from elmo_tf.errors import EmbedError, is_disk_full, load_saved_model, write_error_message, write_file_safely
+from elmo_tf.errors import EmbedError, is_disk_full, load_saved_model, write_error_message
 from elmo_tf.layers.scalar_mix import ScalarMix
+from elmo_tf.utils.files import atomic_write
 
 LAYER_MODES = ("all", "top", "average", "mix")
 DTYPES = ("float32", "float16")
@@ -677,7 +678,7 @@ def _open_partial(partial: str, settings: dict, input_file: str) -> int:
             out.attrs[COMPLETED_ATTR] = 0
             out.attrs[INPUT_HASH_ATTR] = hashlib.sha256().hexdigest()
             out.attrs["input_file"] = os.path.abspath(input_file)
-        write_file_safely(partial, image.getbuffer())
+        atomic_write(partial, image.getbuffer())
         return 0
     try:
         with h5py.File(partial, "r") as out:

@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from elmo_tf.embedding.embedder import SENTENCE_TO_INDEX, EmbedError
+from elmo_tf.utils.files import atomic_path
 
 MANIFEST_SUFFIX = "-manifest.json"
 DEAD_LETTER_SUFFIX = "-dead_letter.jsonl"
@@ -191,9 +192,8 @@ def records_to_hdf5(prefix: str, output_file: str, *, overwrite: bool = False, a
         offsets[entry["path"]] = total
         total += entry["lines"]
 
-    partial = output_file + ".partial"
     written, index = 0, {}
-    try:
+    with atomic_path(output_file) as partial:
         with h5py.File(partial, "w") as out:
             for shard in manifest["shards"]:
                 count, last = 0, None
@@ -218,11 +218,6 @@ def records_to_hdf5(prefix: str, output_file: str, *, overwrite: bool = False, a
                 )
             # Built in corpus order like embed's (the insertion order decides the JSON text).
             out.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())[0] = json.dumps(index)
-        os.replace(partial, output_file)
-    except BaseException:
-        if os.path.exists(partial):
-            os.remove(partial)
-        raise
     return written
 
 

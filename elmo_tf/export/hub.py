@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
-import shutil
-import tempfile
 from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
@@ -25,6 +22,7 @@ from absl import logging
 
 from elmo_tf.text import char_ids
 from elmo_tf.model.bilm import PRECISIONS, BiLM, with_precision
+from elmo_tf.utils.files import recover_interrupted_folder, write_folder_atomically
 from elmo_tf.errors import ExportError, write_error_message
 from elmo_tf.layers.scalar_mix import ScalarMix
 
@@ -246,82 +244,26 @@ def check_export_target(export_dir: str) -> None:
         raise ExportError(f"The parent folder of --export_dir {export_dir!r} is not writable: {parent!r}.")
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def recover_interrupted_export(export_dir: str) -> None:
-    """Cleans up after an export to `export_dir` whose process was killed (SIGKILL, power off) before it finished.
-
-    Its temporary folder is removed; if it was killed in the instant between moving the previous export aside
-    and moving the new one in, the previous export is put back. Folders of exports still running are left alone.
-    """
-    export_dir = os.path.abspath(export_dir)
-    parent, name = os.path.split(export_dir)
-    if not os.path.isdir(parent):
-        return
-    for entry in sorted(os.listdir(parent)):
-        match = re.fullmatch(rf"\.{re.escape(name)}\.(tmp|old)-([0-9]+)-.*", entry)
-        if not match or _process_alive(int(match[2])):
-            continue
-        path = os.path.join(parent, entry)
-        previous = os.path.join(path, "module")
-        if match[1] == "old" and os.path.isdir(previous) and not os.path.lexists(export_dir):
-            os.rename(previous, export_dir)
-            logging.warning("Put back the previous export at %s: the export replacing it was interrupted.", export_dir)
-        shutil.rmtree(path, ignore_errors=True)
+    """Cleans up after an export to `export_dir` whose process was killed (SIGKILL, power off) before it finished
+    (see `utils.files.recover_interrupted_folder`)."""
+    existed = os.path.lexists(export_dir)
+    recover_interrupted_folder(export_dir)
+    if not existed and os.path.lexists(export_dir):
+        logging.warning("Put back the previous export at %s: the export replacing it was interrupted.", export_dir)
 
 
 def _write_atomically(export_dir: str, write: Callable[[str, str], None]) -> str:
-    """Calls `write(folder, scratch)` to fill a new folder beside `export_dir`, then moves it into place.
-
-    An existing export at `export_dir` is replaced only once the new one is complete, and is kept if
-    anything fails; temporary folders are always removed (those of a killed export by the next export, see
-    `recover_interrupted_export`). A failed write (a full disk) raises ExportError.
-    """
+    """`write_folder_atomically` for an export: only an earlier export or an empty folder is replaced, and a
+    failed write (a full disk) raises ExportError, the existing export kept."""
     export_dir = os.path.abspath(export_dir)
     recover_interrupted_export(export_dir)
     check_export_target(export_dir)
-    parent = os.path.dirname(export_dir)
-    backup = None
-
-    def prefix(kind: str) -> str:  # the process id tells a later export whether this one is still running
-        return f".{os.path.basename(export_dir)}.{kind}-{os.getpid()}-"
-
     try:
-        tmp = tempfile.mkdtemp(prefix=prefix("tmp"), dir=parent)
-    except OSError as e:
-        raise ExportError(f"{write_error_message(e, f'the export to {parent!r}')}.") from None
-    try:
-        folder = os.path.join(tmp, "export")
-        scratch = os.path.join(tmp, "scratch")
-        os.makedirs(scratch)
-        try:
-            write(folder, scratch)
-        except (OSError, tf.errors.OpError) as e:
-            kept = "the existing export there is unchanged" if os.path.lexists(export_dir) else "nothing was written"
-            raise ExportError(f"{write_error_message(e, f'the export to {export_dir!r}')}; {kept}.") from None
-        if os.path.lexists(export_dir):
-            backup = tempfile.mkdtemp(prefix=prefix("old"), dir=parent)
-            os.rename(export_dir, os.path.join(backup, "module"))
-        try:
-            os.rename(folder, export_dir)
-        except OSError:
-            if backup is not None:
-                os.rename(os.path.join(backup, "module"), export_dir)
-                backup = None
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if backup is not None:
-            shutil.rmtree(backup, ignore_errors=True)
-    return export_dir
+        return write_folder_atomically(export_dir, write)
+    except (OSError, tf.errors.OpError) as e:
+        kept = "the existing export there is unchanged" if os.path.lexists(export_dir) else "nothing was written"
+        raise ExportError(f"{write_error_message(e, f'the export to {export_dir!r}')}; {kept}.") from None
 
 
 def export_module(

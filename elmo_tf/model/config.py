@@ -21,6 +21,7 @@ import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 from elmo_tf.errors import ConfigError
+from elmo_tf.utils.files import atomic_write
 
 ACTIVATIONS = ("relu", "tanh")
 # The original uses 261 in its training options and 262 at inference (the 261 -> 262 hand edit).
@@ -331,7 +332,4 @@ class BiLMConfig:
 
     def to_json_file(self, path: str) -> None:
         """Writes the options atomically (a partial file never replaces a complete one)."""
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self.to_json_string())
-        os.replace(tmp, path)
+        atomic_write(path, self.to_json_string())

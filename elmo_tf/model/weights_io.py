@@ -14,7 +14,8 @@ import h5py
 import numpy as np
 
 from elmo_tf.model.bilm import BiLM
-from elmo_tf.errors import WeightFileError, write_file_safely
+from elmo_tf.errors import WeightFileError
+from elmo_tf.utils.files import atomic_write
 
 
 class _Entry(NamedTuple):
@@ -120,7 +121,7 @@ def save_weights(model: BiLM, path: str) -> None:
     with h5py.File(image, "w") as f:
         for entry in _entries(model):
             f.create_dataset(entry.dataset, data=entry.to_file(np.asarray(entry.variable.numpy(), np.float32)))
-    write_file_safely(path, image.getbuffer())
+    atomic_write(path, image.getbuffer())
 
 
 def load_original(options_file: str, weight_file: str, **bilm_kwargs) -> BiLM:

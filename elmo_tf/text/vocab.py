@@ -13,10 +13,9 @@ Build one from a corpus (a glob of text files, one whitespace-tokenized sentence
 from __future__ import annotations
 
 import collections
-import os
-import tempfile
 from typing import Optional, Sequence
 from elmo_tf.errors import VocabError
+from elmo_tf.utils.files import atomic_write
 
 import tensorflow as tf
 
@@ -149,19 +148,8 @@ class Vocabulary:
         return cls(words)
 
     def to_file(self, path: str) -> None:
-        """Writes the vocabulary (one word per line) atomically: a temporary file, then `os.replace`."""
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".vocab-", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                for word in self.words:
-                    f.write(word + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        """Writes the vocabulary (one word per line) atomically."""
+        atomic_write(path, "".join(word + "\n" for word in self.words))
 
     # --- building from a corpus ----------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from elmo_tf.text.vocab import Vocabulary
 from elmo_tf.training import data
 from elmo_tf.training.checkpoints import checkpoint_prefixes, restore_bilm, restore_checkpoint
 from elmo_tf.training.config import TrainConfig, training_options
+from elmo_tf.utils.files import atomic_write_json
 
 
 def make_strategy(num_gpus: Optional[int] = None) -> tf.distribute.Strategy:
@@ -269,10 +270,9 @@ class Trainer:
         vocab_path = os.path.join(self.save_dir, "vocab.txt")
         if not os.path.exists(vocab_path):
             self.vocab.to_file(vocab_path)
-        tmp = os.path.join(self.save_dir, f"train_config.json.tmp-{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(dataclasses.asdict(self.train_config), f, indent=2, sort_keys=True)
-        os.replace(tmp, os.path.join(self.save_dir, "train_config.json"))
+        atomic_write_json(
+            os.path.join(self.save_dir, "train_config.json"), dataclasses.asdict(self.train_config), indent=2, sort_keys=True
+        )
 
     def is_chief(self) -> bool:
         resolver = getattr(self.strategy, "cluster_resolver", None)

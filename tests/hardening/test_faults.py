@@ -169,7 +169,7 @@ def test_kill_during_export_keeps_the_previous_export(tiny_module, tmp_path):
     assert tree_digest(target) == before
     leftovers = [p for p in tmp_path.iterdir() if p.name != "module"]
     assert len(leftovers) == 1 and leftovers[0].name.startswith(".module.tmp-")
-    assert (leftovers[0] / "export" / "saved_model.pb").exists()  # the killed export had written its SavedModel
+    assert (leftovers[0] / "new" / "saved_model.pb").exists()  # the killed export had written its SavedModel
     hub_export.recover_interrupted_export(str(target))  # what the next export does first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["module"] and tree_digest(target) == before
 
@@ -185,8 +185,8 @@ def test_export_killed_between_its_two_renames_is_put_back(tiny_module, tmp_path
     the previous one back (and an export that is still running is left alone)."""
     target, pid = tmp_path / "module", dead_pid()
     backup = tmp_path / f".module.old-{pid}-abc"
-    shutil.copytree(tiny_module, backup / "module")
-    (tmp_path / f".module.tmp-{pid}-def" / "export").mkdir(parents=True)
+    shutil.copytree(tiny_module, backup / "previous")
+    (tmp_path / f".module.tmp-{pid}-def" / "new").mkdir(parents=True)
     running = tmp_path / f".module.tmp-{os.getpid()}-ghi"
     running.mkdir()
     hub_export.recover_interrupted_export(str(target))
