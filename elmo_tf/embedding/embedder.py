@@ -40,6 +40,7 @@ from absl import logging
 from elmo_tf.text import char_ids
 from elmo_tf.model.bilm import PRECISIONS, with_precision
 from elmo_tf.model.config import BiLMConfig
+from elmo_tf.text.tokens import max_tokens
 from elmo_tf.errors import EmbedError, is_disk_full, load_saved_model, write_error_message
 from elmo_tf.layers.scalar_mix import ScalarMix
 from elmo_tf.utils.files import atomic_write
@@ -507,8 +508,7 @@ class Embedder:
 
         Token counts are known only after the call, so batches are formed by character length.
         """
-        # At most one token per whitespace-separated word or non-ASCII character (CJK tokenizers split those).
-        estimates = np.array([len(t.split()) + sum(ord(ch) > 127 for ch in t) for t in texts], dtype=np.int64)
+        estimates = np.array([max_tokens(t) for t in texts], dtype=np.int64)
         order = np.arange(len(texts))
         if self.sort_by_length:
             order = np.argsort(estimates, kind="stable")

@@ -51,6 +51,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from elmo_tf.text.tokens import max_tokens
 from elmo_tf.errors import ModelDirError, ServeError, load_saved_model, tf_error_message
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -151,7 +152,7 @@ class Signature:
         texts = [name for name, spec in self.inputs.items() if spec.dtype == tf.string and spec.shape.rank == 1]
         if len(texts) != 1:
             return None
-        return np.array([_text_tokens(text) for text in inputs[texts[0]]], np.int64)
+        return np.array([max_tokens(text) for text in inputs[texts[0]]], np.int64)
 
     def cut(self, outputs: dict[str, np.ndarray], columns: Optional[int]) -> dict[str, np.ndarray]:
         """One request's rows of a batch's outputs -> as if the request had been run alone."""
@@ -162,20 +163,6 @@ class Signature:
             key: value[:, :length] if value.ndim >= 2 and self.outputs[key].shape[1] is None else value
             for key, value in outputs.items()
         }
-
-
-# CJK ideographs (Han script and its punctuation-like marks), a superset of what `cjk_chars` splits off.
-_CJK_IDEOGRAPH = re.compile(
-    "[\u2e80-\u2fdf\u3005\u3007\u3021-\u3029\u3038-\u303b\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-    "\U00020000-\U0003134f]"
-)
-
-
-def _text_tokens(text: bytes) -> int:
-    """An upper bound of the tokens of a text: its whitespace-separated pieces (exactly what the `whitespace`
-    tokenizer finds) plus its CJK ideographs (each a token of its own with `cjk_chars`)."""
-    decoded = text.decode("utf-8", errors="replace")
-    return len(decoded.split()) + len(_CJK_IDEOGRAPH.findall(decoded))
 
 
 def _signature_def_json(saved_model_dir: str) -> dict[str, Any]:
