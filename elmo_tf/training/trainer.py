@@ -224,12 +224,21 @@ class Trainer:
             sums.append(tf.reduce_sum(weights))
         return sums, tf.nest.flatten(final)
 
-    def evaluate(self, file_pattern: str, batch_size: Optional[int] = None) -> dict[str, float]:
+    def evaluate(
+        self, file_pattern: str, batch_size: Optional[int] = None, from_training_state: bool = False
+    ) -> dict[str, float]:
         """Held-out perplexity with the full softmax: streams of windows, state carried, every token once.
 
         `batch_size` rows (default: max(global batch, 128)) each carry one stream; wide batches keep the
-        matmuls efficient, and each row starts from a zero state.
+        matmuls efficient. Each row starts from a zero state, as the original's test() and the exported
+        module do; `from_training_state` starts the rows from the LSTM states training has carried to this
+        step instead (rows = the global batch). The two differ when a biLM works only in the state region
+        training keeps it in (docs/TRAINING.md, "zero-state collapse").
         """
+        if from_training_state:
+            if batch_size not in (None, self.global_batch):
+                raise ValueError(f"from_training_state evaluates {self.global_batch} rows (the global batch); got {batch_size}.")
+            batch_size = self.global_batch
         batch_size = batch_size or max(self.global_batch, 128)
         dataset = data.heldout_windows(
             file_pattern,
@@ -238,7 +247,10 @@ class Trainer:
             unroll_steps=self.train_config.unroll_steps,
             max_chars=self.bilm_config.char_cnn.max_characters_per_token,
         )
-        states = tf.nest.flatten(self.model.bilstm.zero_state(batch_size))
+        if from_training_state:
+            states = [tf.convert_to_tensor(s) for s in self.states]
+        else:
+            states = tf.nest.flatten(self.model.bilstm.zero_state(batch_size))
         totals = np.zeros(4, np.float64)
         for batch in dataset:
             sums, states = self._eval_step(batch, states)
@@ -501,5 +513,7 @@ def restore_trainer(save_dir: str, work_dir: Optional[str] = None) -> Trainer:
     vocab = Vocabulary.from_file(os.path.join(save_dir, "vocab.txt"))
     config = BiLMConfig.from_json_file(os.path.join(save_dir, "options.json"))
     trainer = Trainer(config, vocab, train_config, work_dir or save_dir)
-    restore_checkpoint(tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax), prefixes[-1], partial=True)
+    restore_checkpoint(
+        tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax, states=trainer.states), prefixes[-1], partial=True
+    )
     return trainer

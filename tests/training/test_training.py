@@ -109,6 +109,28 @@ def test_overfits_a_tiny_corpus(corpus, tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("-200")
 
 
+def test_evaluation_from_the_training_state(corpus, tmp_path):
+    """`evaluate(from_training_state=True)` starts each row from the LSTM state training carried (restored with
+    the run by `restore_trainer`); with that state zeroed it is exactly the zero-state evaluation."""
+    tc = tiny_train_config(20, n_negative_samples=10_000, checkpoint_every=20)
+    trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path / "run"))
+    trainer.train(corpus["glob"])
+    restored = training.restore_trainer(str(tmp_path / "run"), work_dir=str(tmp_path / "eval"))
+    for a, b in zip(trainer.states, restored.states):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert max(float(tf.reduce_max(tf.abs(s))) for s in restored.states) > 0.01  # training carried a real state
+    carried = restored.evaluate(corpus["glob"], from_training_state=True)
+    zero = restored.evaluate(corpus["glob"], batch_size=restored.global_batch)
+    assert carried["tokens"] == zero["tokens"] and carried["perplexity"] != zero["perplexity"]
+    for s in restored.states:
+        s.assign(tf.zeros_like(s))
+    zeroed = restored.evaluate(corpus["glob"], from_training_state=True)
+    for key in ("perplexity_forward", "perplexity_backward"):
+        assert zeroed[key] == pytest.approx(zero[key], rel=1e-6)
+    with pytest.raises(ValueError, match="global batch"):
+        restored.evaluate(corpus["glob"], batch_size=restored.global_batch + 1, from_training_state=True)
+
+
 def original_update_rule(corpus, trainer, n_steps):
     """The original's training loop written out by hand (bilm-tf training.py): the gradients of
     `unroll_steps` x the mean of both directions' sampled-softmax losses (each direction with its own
