@@ -187,8 +187,19 @@ def report(steps, heldout, tc, vocab_sha256):
         "grad_norm_by_step": {str(s): round(r["grad_norm"], 3) for s, r in sorted(steps.items())},
         "note": "times in the step records restart at 0 in each session of a resumed run",
         "last_session_tokens_per_second": _rate(times, tokens_per_step),
+        "heldout_probes": _probes(),
     })
     plot(ours, reference, tables[100])
+
+
+def _probes() -> list[dict]:
+    """The held-out probes of the run (--probe_every), the last record of each step."""
+    path = os.path.join(FLAGS.save_dir, "probes.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        records = {r["step"]: r for r in map(json.loads, f)}
+    return [records[s] for s in sorted(records)]
 
 
 def _ratio_text(row):
