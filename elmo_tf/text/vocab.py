@@ -7,7 +7,7 @@ is still read in full and only predicted as `<UNK>`.
 
 Build one from a corpus (a glob of text files, one whitespace-tokenized sentence per line):
 
-    python -m elmo_tf.text.vocab --train_prefix='corpus/*.txt' --vocab_file=vocab.txt [--max_size=N] [--min_count=N]
+    python -m elmo_tf.vocab --train_prefix='corpus/*.txt' --vocab_file=vocab.txt [--max_size=N] [--min_count=N]
 """
 
 from __future__ import annotations
@@ -231,45 +231,3 @@ def build_vocab_file(
     vocab = Vocabulary.from_counts(counts, max_size=max_size, min_count=min_count)
     vocab.to_file(vocab_file)
     return vocab, coverage(vocab, counts)
-
-
-def _main(argv: Sequence[str]) -> None:
-    from absl import app, flags, logging
-
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    FLAGS = flags.FLAGS
-    for name in ("train_prefix", "vocab_file"):
-        if not FLAGS[name].value:
-            raise app.UsageError(f"--{name} is required.")
-    if FLAGS.max_size is not None and FLAGS.max_size < len(SPECIAL_TOKENS):
-        raise app.UsageError(f"--max_size counts <S>, </S>, <UNK> and must be >= 3; got {FLAGS.max_size}.")
-    if FLAGS.min_count < 1:
-        raise app.UsageError(f"--min_count must be >= 1; got {FLAGS.min_count}.")
-    try:
-        vocab, covered = build_vocab_file(FLAGS.train_prefix, FLAGS.vocab_file, FLAGS.max_size, FLAGS.min_count)
-    except VocabError as e:
-        logging.error("%s", e)
-        raise SystemExit(2) from None
-    logging.info(
-        "Wrote %s: %d words (3 special tokens included); they cover %.2f%% of the corpus tokens.",
-        FLAGS.vocab_file, vocab.size, 100.0 * covered,
-    )
-
-
-def _define_flags() -> None:
-    # Defined only when run as a script, so that importing this module (e.g. from train.py, which has
-    # flags of the same names) never registers them twice.
-    from absl import flags
-
-    flags.DEFINE_string("train_prefix", None, "Required. Glob of the corpus files, one tokenized sentence per line.")
-    flags.DEFINE_string("vocab_file", None, "Required. Where to write the vocabulary (replaced atomically).")
-    flags.DEFINE_integer("max_size", None, "At most this many words, the 3 special tokens included.")
-    flags.DEFINE_integer("min_count", 1, "Keep only words seen at least this many times.")
-
-
-if __name__ == "__main__":
-    from absl import app
-
-    _define_flags()
-    app.run(_main)

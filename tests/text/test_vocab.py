@@ -140,9 +140,12 @@ def test_build_vocab_file(corpus, tmp_path):
 def test_command_line(corpus, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
     out = str(tmp_path / "vocab.txt")
-    command = [sys.executable, "-m", "elmo_tf.text.vocab", f"--train_prefix={corpus}", f"--vocab_file={out}"]
+    command = [sys.executable, "-m", "elmo_tf.vocab", f"--train_prefix={corpus}", f"--vocab_file={out}"]
     command.append("--min_count=2")
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert Vocabulary.from_file(out).words == ["<S>", "</S>", "<UNK>", "the", "a", "b", "北京"]
     assert "7 words" in result.stderr and "86.67% of the corpus tokens" in result.stderr
+    bad = subprocess.run(command[:-1] + ["--min_count=0"], env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--min_count=0: 0 is not a positive integer" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -1,0 +1,6 @@
+"""`python -m elmo_tf.vocab`: forwards to elmo_tf/commands/build_vocab.py (also the `elmo-build-vocab` console script)."""
+
+from elmo_tf.commands.build_vocab import run
+
+if __name__ == "__main__":
+    run()
