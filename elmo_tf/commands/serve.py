@@ -1,6 +1,9 @@
 """`python -m elmo_tf.serve` / `elmo-serve`: TF Serving's REST API for an exported module (elmo_tf/serving).
 
     python -m elmo_tf.serve --model_dir=serving/elmo --port=8501 [--model_name=elmo] [--host=127.0.0.1]
+
+The routes and status codes are described in elmo_tf/serving/http_server.py. SIGTERM / SIGINT stop accepting
+connections, finish the requests in flight, and exit with status 0.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import threading
 import tensorflow as tf
 from absl import app, flags, logging
 
-from elmo_tf.serving.server import ModelDirError, ModelServer, ServedModel, ServerOptions
+from elmo_tf.errors import ModelDirError
+from elmo_tf.serving import ModelServer, ServedModel, ServerOptions
 
 FLAGS = flags.FLAGS
 

@@ -1,1 +1,32 @@
-"""TF Serving's REST API for an exported module."""
+"""TF Serving's REST API for an exported module, with only the standard library and TensorFlow.
+
+One job per module:
+
+  model.py        the served model: which SavedModel to load, its signatures, TF Serving's metadata, a model call
+  json_codec.py   JSON <-> arrays for predict requests and responses (TF Serving's REST conventions)
+  batcher.py      merges concurrent predict requests of one signature into one model call
+  http_server.py  the HTTP layer: routes, status codes, connections, shutdown (the API is described there)
+
+`from elmo_tf import serving` gives the public API: `ServedModel`, `ModelServer`, `ServerOptions`, `Batcher`,
+`Signature`, `resolve_model_dir`, `parse_predict_request`, `predict_response`, `json_to_array`. The errors
+(`ServeError`, `ModelDirError`) are in elmo_tf/errors.py; the command line is elmo_tf/commands/serve.py.
+"""
+
+from elmo_tf.serving.batcher import Batcher
+from elmo_tf.serving.http_server import ModelServer, ServerOptions
+from elmo_tf.serving.json_codec import DEFAULT_SIGNATURE, json_to_array, parse_predict_request, predict_response
+from elmo_tf.serving.model import SEQUENCE_LEN, ServedModel, Signature, resolve_model_dir
+
+__all__ = [
+    "DEFAULT_SIGNATURE",
+    "SEQUENCE_LEN",
+    "Batcher",
+    "ModelServer",
+    "ServedModel",
+    "ServerOptions",
+    "Signature",
+    "json_to_array",
+    "parse_predict_request",
+    "predict_response",
+    "resolve_model_dir",
+]

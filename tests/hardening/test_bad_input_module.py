@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf.serving import server as serve
+from elmo_tf import serving
+from elmo_tf.errors import ModelDirError, ServeError
 
 MAX_BATCH_TOKENS = 400
 
@@ -30,8 +31,8 @@ def module(tiny_module):
 
 @pytest.fixture(scope="module")
 def server(tiny_module):
-    options = serve.ServerOptions(max_batch_size=8, batch_timeout_ms=1, max_batch_tokens=MAX_BATCH_TOKENS)
-    srv = serve.ModelServer(serve.ServedModel(tiny_module), "127.0.0.1", 0, options)
+    options = serving.ServerOptions(max_batch_size=8, batch_timeout_ms=1, max_batch_tokens=MAX_BATCH_TOKENS)
+    srv = serving.ModelServer(serving.ServedModel(tiny_module), "127.0.0.1", 0, options)
     thread = srv.serve_in_background()
     yield srv
     srv.stop()
@@ -116,8 +117,8 @@ def test_damaged_model_dir_is_reported(tiny_module, tmp_path):
     shutil.copytree(tiny_module, tmp_path / "1")
     with open(tmp_path / "1" / "saved_model.pb", "r+b") as f:
         f.truncate(1000)
-    with pytest.raises(serve.ModelDirError, match=r"SavedModel in '.*1' cannot be loaded \(OSError: .*\)\. It is damaged"):
-        serve.ServedModel(str(tmp_path))
+    with pytest.raises(ModelDirError, match=r"SavedModel in '.*1' cannot be loaded \(OSError: .*\)\. It is damaged"):
+        serving.ServedModel(str(tmp_path))
 
 
 def post(server, payload, raw: bytes = None) -> tuple[int, dict]:
@@ -192,8 +193,8 @@ def test_long_and_short_requests_are_not_merged_past_the_token_bound():
         return {"sequence_len": inputs["sequence_len"]}
 
     spec = {"tokens": tf.TensorSpec([None, None], tf.string), "sequence_len": tf.TensorSpec([None], tf.int32)}
-    signature = serve.Signature("tokens", None, spec, {"sequence_len": tf.TensorSpec([None], tf.int32)}, True, "tokens")
-    batcher = serve.Batcher(run, max_batch_size=8, timeout_s=1.0, max_batch_tokens=100)
+    signature = serving.Signature("tokens", None, spec, {"sequence_len": tf.TensorSpec([None], tf.int32)}, True, "tokens")
+    batcher = serving.Batcher(run, max_batch_size=8, timeout_s=1.0, max_batch_tokens=100)
 
     def request(rows, width):
         tokens = np.full((rows, width), b"w", object)
@@ -208,8 +209,8 @@ def test_long_and_short_requests_are_not_merged_past_the_token_bound():
         t.join(60)
     batcher.close()
     assert sorted(calls) == [(2, 10), (2, 40)], calls
-    batcher = serve.Batcher(run, max_batch_tokens=100)
-    with pytest.raises(serve.ServeError) as info:
+    batcher = serving.Batcher(run, max_batch_tokens=100)
+    with pytest.raises(ServeError) as info:
         batcher.predict(signature, {"tokens": np.full((3, 50), b"w", object), "sequence_len": np.full(3, 50, np.int32)})
     batcher.close()
     assert info.value.status == 413 and "150 token positions" in info.value.message

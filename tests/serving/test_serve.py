@@ -1,4 +1,4 @@
-"""The REST server (elmo_tf/serving/server.py) against direct calls of the SavedModel it serves.
+"""The REST server (elmo_tf/serving) against direct calls of the SavedModel it serves.
 
 One export of tests/fixtures/tiny is made per module as a TF Serving base path holding versions 1 and 2
 (the server must pick 2) and served in-process on a free loopback port, with small limits so that every
@@ -33,14 +33,15 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from elmo_tf.serving import server as serve  # noqa: E402
+from elmo_tf import serving  # noqa: E402
+from elmo_tf.errors import ModelDirError, ServeError  # noqa: E402
 from elmo_tf.export.hub import export_original  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 SENTENCES = (TINY / "sentences.txt").read_text(encoding="utf-8").splitlines()
 BATCH_TOL = 1e-5
-OPTIONS = serve.ServerOptions(max_batch_size=4, batch_timeout_ms=50, max_enqueued_batches=4, max_request_bytes=64 << 10)
+OPTIONS = serving.ServerOptions(max_batch_size=4, batch_timeout_ms=50, max_enqueued_batches=4, max_request_bytes=64 << 10)
 # Seconds; generous bounds so that a hung server fails the test instead of the run.
 CHILD_TIMEOUT = 120
 
@@ -65,8 +66,8 @@ def reference(base_path):
 
 @pytest.fixture(scope="module")
 def server(base_path):
-    model = serve.ServedModel(str(base_path), "elmo")
-    srv = serve.ModelServer(model, "127.0.0.1", 0, OPTIONS)
+    model = serving.ServedModel(str(base_path), "elmo")
+    srv = serving.ModelServer(model, "127.0.0.1", 0, OPTIONS)
     thread = srv.serve_in_background()
     yield srv
     srv.stop()
@@ -363,7 +364,7 @@ def test_protocol_errors(server):
 def test_model_errors_become_400_with_a_clean_message(server):
     """An InvalidArgumentError raised inside the model is a 400 without graph node names."""
     signature = server.model.signatures["tokens"]
-    with pytest.raises(serve.ServeError) as info:
+    with pytest.raises(ServeError) as info:
         server.model.run(signature, {"tokens": np.array([[b"a"]], object), "sequence_len": np.array([5], np.int32)})
     assert info.value.status == 400
     message = info.value.message
@@ -374,9 +375,9 @@ def test_model_errors_become_400_with_a_clean_message(server):
 # The batcher alone (a stand-in model, so that timing is under the test's control)
 
 
-def fake_signature() -> serve.Signature:
+def fake_signature() -> serving.Signature:
     spec = tf.TensorSpec([None], tf.string)
-    return serve.Signature("fake", None, {"text": spec}, {"sequence_len": tf.TensorSpec([None], tf.int32)}, True, None)
+    return serving.Signature("fake", None, {"text": spec}, {"sequence_len": tf.TensorSpec([None], tf.int32)}, True, None)
 
 
 def test_batcher_runs_the_rest_of_a_batch_when_one_request_fails():
@@ -385,17 +386,17 @@ def test_batcher_runs_the_rest_of_a_batch_when_one_request_fails():
     def run(signature, inputs):
         calls.append(len(inputs["text"]))
         if b"bad" in list(inputs["text"]):
-            raise serve.ServeError(400, "bad input")
+            raise ServeError(400, "bad input")
         return {"sequence_len": np.array([len(x) for x in inputs["text"]], np.int32)}
 
-    batcher = serve.Batcher(run, max_batch_size=3, timeout_s=5.0, max_queued_rows=10)
+    batcher = serving.Batcher(run, max_batch_size=3, timeout_s=5.0, max_queued_rows=10)
     signature, results = fake_signature(), {}
 
     def client(text):
         try:
             outputs = batcher.predict(signature, {"text": np.array([text.encode()], object)})
             results[text] = outputs["sequence_len"].tolist()
-        except serve.ServeError as e:
+        except ServeError as e:
             results[text] = e.status
 
     threads = [threading.Thread(target=client, args=(t,)) for t in ("ab", "bad", "abcd")]
@@ -416,23 +417,23 @@ def test_batcher_queue_is_bounded():
         release.wait(CHILD_TIMEOUT)
         return {"sequence_len": np.zeros(len(inputs["text"]), np.int32)}
 
-    batcher = serve.Batcher(run, max_batch_size=1, timeout_s=0.0, max_queued_rows=1)
+    batcher = serving.Batcher(run, max_batch_size=1, timeout_s=0.0, max_queued_rows=1)
     signature, one = fake_signature(), {"text": np.array([b"x"], object)}
     threads = [threading.Thread(target=batcher.predict, args=(signature, one)) for _ in range(2)]
     threads[0].start()
     assert started.wait(CHILD_TIMEOUT)  # the worker is busy with the first request
     threads[1].start()  # the second waits in the queue, which is then full
     deadline = time.monotonic() + CHILD_TIMEOUT
-    while batcher._queued_rows < 1 and time.monotonic() < deadline:
+    while batcher.queued_rows < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
-    with pytest.raises(serve.ServeError) as info:
+    with pytest.raises(ServeError) as info:
         batcher.predict(signature, one)
     assert info.value.status == 503 and info.value.headers == {"Retry-After": "1"}
     release.set()
     for t in threads:
         t.join(CHILD_TIMEOUT)
     batcher.close()
-    with pytest.raises(serve.ServeError) as info:
+    with pytest.raises(ServeError) as info:
         batcher.predict(signature, one)
     assert info.value.status == 503 and "shutting down" in info.value.message
 
@@ -448,19 +449,19 @@ def test_resolve_model_dir(tmp_path):
         return path
 
     plain = saved_model(tmp_path / "plain")
-    assert serve.resolve_model_dir(str(plain)) == (str(plain), 1)
+    assert serving.resolve_model_dir(str(plain)) == (str(plain), 1)
     numbered = saved_model(tmp_path / "numbered" / "7")
-    assert serve.resolve_model_dir(str(numbered)) == (str(numbered), 7)
+    assert serving.resolve_model_dir(str(numbered)) == (str(numbered), 7)
     base = tmp_path / "base"
     for version in ("1", "3"):
         saved_model(base / version)
     (base / "10").mkdir()  # no SavedModel inside: not a version
     (base / ".3.tmp-x").mkdir()
-    assert serve.resolve_model_dir(str(base)) == (str(base / "3"), 3)
-    with pytest.raises(serve.ModelDirError, match="numbered version folders"):
-        serve.resolve_model_dir(str(tmp_path / "base" / "10"))
-    with pytest.raises(serve.ModelDirError, match="not a directory"):
-        serve.resolve_model_dir(str(tmp_path / "missing"))
+    assert serving.resolve_model_dir(str(base)) == (str(base / "3"), 3)
+    with pytest.raises(ModelDirError, match="numbered version folders"):
+        serving.resolve_model_dir(str(tmp_path / "base" / "10"))
+    with pytest.raises(ModelDirError, match="not a directory"):
+        serving.resolve_model_dir(str(tmp_path / "missing"))
 
 
 # ----------------------------------------------------------------------------------------------------

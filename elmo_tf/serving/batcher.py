@@ -1,0 +1,263 @@
+"""The request batcher: merges concurrent predict requests of one signature into one model call.
+
+A batch opens when its first request arrives and runs after `timeout_s` or once `max_batch_size`
+sentences are collected. Requests are padded to the batch's longest sentence and each one's outputs
+are cut back to its own length (`Signature.cut`), so a response equals calling the model with that request
+alone (elmo_tf modules embed every sentence independently of its batch; TF's float32 kernels round slightly
+differently for different batch shapes, so values agree to about 1e-6, not bit for bit). A request of more
+than `max_batch_size` sentences is split into several model calls. A model call holds at most
+`max_batch_tokens` token positions (sentences x tokens of the longest): requests are merged only within it,
+and a request that alone exceeds it gets 413. The queue holds at most `max_queued_rows` sentences; beyond
+that requests get 503 (413 for a request that could never fit).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import threading
+import time
+from typing import Callable, Optional
+
+from absl import logging
+import numpy as np
+
+from elmo_tf.errors import ServeError
+from elmo_tf.serving.model import Signature
+
+
+def _pad_concat(arrays: list[np.ndarray]) -> np.ndarray:
+    """Concatenates on axis 0; axis 1 (if any) is padded with "" / 0 to the longest."""
+    if len(arrays) == 1:
+        return arrays[0]
+    first = arrays[0]
+    if first.ndim < 2:
+        return np.concatenate(arrays)
+    columns = max(a.shape[1] for a in arrays)
+    shape = (sum(a.shape[0] for a in arrays), columns, *first.shape[2:])
+    out = np.full(shape, b"" if first.dtype == object else 0, first.dtype)
+    row = 0
+    for a in arrays:
+        out[row : row + a.shape[0], : a.shape[1]] = a
+        row += a.shape[0]
+    return out
+
+
+@dataclasses.dataclass(eq=False)
+class _Task:
+    signature: Signature
+    inputs: dict[str, np.ndarray]
+    rows: int
+    columns: Optional[int]  # the request's T when the signature has a padded input
+    tokens: Optional[int]  # token positions of its longest row (None: not known)
+    future: concurrent.futures.Future
+    enqueued: float
+
+
+class Batcher:
+    """Merges concurrent predict calls of one signature into one model call, like TF Serving's batching.
+
+    A batch opens when its first task arrives and runs `timeout_s` later, or as soon as `max_batch_size`
+    rows are collected; tasks of other signatures wait for a later batch. One worker thread runs the batches
+    in arrival order.
+
+    Args:
+      run: (signature, inputs) -> outputs, e.g. `ServedModel.run`; may raise ServeError.
+      max_batch_size: most rows (sentences) per model call; larger requests are split.
+      timeout_s: how long a batch waits for more tasks.
+      max_queued_rows: bound of the queue; `predict` fails with 503 beyond it (413 for a request that
+        could never fit).
+      max_batch_tokens: most token positions (rows x the longest row's tokens, see `Signature.row_tokens`) in
+        one model call; a request over it fails with 413. None: no bound.
+    """
+
+    def __init__(
+        self,
+        run: Callable[[Signature, dict[str, np.ndarray]], dict[str, np.ndarray]],
+        *,
+        max_batch_size: int = 64,
+        timeout_s: float = 0.005,
+        max_queued_rows: int = 2048,
+        max_batch_tokens: Optional[int] = None,
+    ):
+        if max_batch_size < 1 or max_queued_rows < 1 or timeout_s < 0 or (max_batch_tokens or 1) < 1:
+            raise ValueError(
+                f"Need max_batch_size >= 1, max_queued_rows >= 1, timeout_s >= 0, max_batch_tokens >= 1; received "
+                f"{max_batch_size}, {max_queued_rows}, {timeout_s}, {max_batch_tokens}."
+            )
+        self._run_model = run
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.timeout_s = timeout_s
+        self.max_queued_rows = max_queued_rows
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Task] = collections.deque()
+        self._queued_rows = 0
+        self._closed = False
+        self._no_wait = False
+        # Counters for tests and benchmarks: model calls, tasks, rows, and the most tasks merged into one call.
+        self.stats = {"batches": 0, "tasks": 0, "rows": 0, "max_tasks_per_batch": 0}
+        self._worker = threading.Thread(target=self._work, name="elmo_tf-batcher", daemon=True)
+        self._worker.start()
+
+    @property
+    def queued_rows(self) -> int:
+        """Rows (sentences) waiting in the queue, not yet taken into a batch."""
+        return self._queued_rows
+
+    def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Runs one request (blocking) and returns its outputs, as if it had been the only one."""
+        row_tokens = signature.row_tokens(inputs) if self.max_batch_tokens else None
+        if row_tokens is not None and row_tokens.size and row_tokens.size * int(row_tokens.max()) > self.max_batch_tokens:
+            raise ServeError(
+                413,
+                f"The request has {row_tokens.size} sentences of up to {int(row_tokens.max())} tokens, "
+                f"{row_tokens.size * int(row_tokens.max())} token positions once padded; at most "
+                f"{self.max_batch_tokens} are allowed (--max_batch_tokens). Send fewer or shorter sentences per request.",
+            )
+        tasks = self._split(signature, inputs, row_tokens)
+        rows = sum(task.rows for task in tasks)
+        if rows > self.max_queued_rows:
+            raise ServeError(
+                413,
+                f"The request has {rows} rows; at most {self.max_queued_rows} fit in the queue. Send fewer per "
+                "request.",
+            )
+        with self._cond:
+            if self._closed:
+                raise ServeError(503, "The server is shutting down.")
+            if self._queued_rows + rows > self.max_queued_rows:
+                raise ServeError(
+                    503,
+                    f"The server is overloaded ({self._queued_rows} rows queued, at most {self.max_queued_rows}); "
+                    "retry later.",
+                    {"Retry-After": "1"},
+                )
+            self._queue.extend(tasks)
+            self._queued_rows += rows
+            self._cond.notify_all()
+        results = [task.future.result() for task in tasks]  # raises the task's ServeError
+        if len(results) == 1:
+            return results[0]
+        return {key: _pad_concat([r[key] for r in results]) for key in results[0]}
+
+    def stop_waiting(self) -> None:
+        """From now on a batch runs as soon as the worker is free, without waiting for more tasks (shutdown)."""
+        with self._cond:
+            self._no_wait = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Runs what is queued, then stops the worker; later `predict` calls get 503."""
+        with self._cond:
+            self._closed = self._no_wait = True
+            self._cond.notify_all()
+        self._worker.join()
+
+    def _split(self, signature: Signature, inputs: dict[str, np.ndarray], row_tokens: Optional[np.ndarray]) -> list[_Task]:
+        now = time.monotonic()
+        first = next(iter(inputs.values()), None)
+        rows = first.shape[0] if first is not None and first.ndim else 1
+        columns = inputs[signature.padded_input].shape[1] if signature.padded_input else None
+
+        def longest(start: int, stop: int) -> Optional[int]:
+            return None if row_tokens is None else int(row_tokens[start:stop].max(initial=0))
+
+        if not signature.batchable or rows <= self.max_batch_size:
+            return [_Task(signature, inputs, rows, columns, longest(0, rows), concurrent.futures.Future(), now)]
+        return [
+            _Task(
+                signature,
+                {key: value[start : start + self.max_batch_size] for key, value in inputs.items()},
+                min(self.max_batch_size, rows - start),
+                columns,
+                longest(start, start + self.max_batch_size),
+                concurrent.futures.Future(),
+                now,
+            )
+            for start in range(0, rows, self.max_batch_size)
+        ]
+
+    def _next_batch(self) -> Optional[list[_Task]]:
+        with self._cond:
+            while not self._queue:
+                if self._closed:
+                    return None
+                self._cond.wait()
+            first = self._queue.popleft()
+            self._queued_rows -= first.rows
+            batch, rows, tokens = [first], first.rows, first.tokens
+            if not first.signature.batchable:
+                return batch
+            deadline = first.enqueued + self.timeout_s
+            while True:
+                kept = collections.deque()
+                for task in self._queue:
+                    if task.signature is first.signature and rows + task.rows <= self.max_batch_size and (
+                        self._fits(rows + task.rows, tokens, task.tokens)
+                    ):
+                        batch.append(task)
+                        rows += task.rows
+                        tokens = max(tokens, task.tokens) if tokens is not None and task.tokens is not None else None
+                        self._queued_rows -= task.rows
+                    else:
+                        kept.append(task)
+                self._queue = kept
+                remaining = deadline - time.monotonic()
+                if rows >= self.max_batch_size or remaining <= 0 or self._no_wait:
+                    return batch
+                self._cond.wait(remaining)
+
+    def _fits(self, rows: int, tokens: Optional[int], more_tokens: Optional[int]) -> bool:
+        """Whether a merged call of `rows` rows, padded to the longer of two widths, stays within max_batch_tokens."""
+        if not self.max_batch_tokens or tokens is None or more_tokens is None:
+            return True
+        return rows * max(tokens, more_tokens) <= self.max_batch_tokens
+
+    def _work(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._run(batch)
+
+    def _run(self, batch: list[_Task]) -> None:
+        signature = batch[0].signature
+        try:
+            if len(batch) == 1:
+                inputs = batch[0].inputs
+            else:
+                inputs = {key: _pad_concat([task.inputs[key] for task in batch]) for key in signature.inputs}
+            outputs = self._run_model(signature, inputs)
+            self.stats["batches"] += 1
+            self.stats["tasks"] += len(batch)
+            self.stats["rows"] += sum(task.rows for task in batch)
+            self.stats["max_tasks_per_batch"] = max(self.stats["max_tasks_per_batch"], len(batch))
+            if len(batch) == 1 and not signature.batchable:
+                batch[0].future.set_result(outputs)
+                return
+            total = sum(task.rows for task in batch)
+            for key, value in outputs.items():
+                if value.ndim == 0 or value.shape[0] != total:
+                    raise RuntimeError(
+                        f"Output {key!r} of signature {signature.name!r} has shape {value.shape} for {total} rows."
+                    )
+            row = 0
+            for task in batch:
+                part = {key: value[row : row + task.rows] for key, value in outputs.items()}
+                row += task.rows
+                task.future.set_result(signature.cut(part, task.columns))
+        except ServeError as e:
+            if len(batch) > 1:  # one bad request must not fail its neighbours: run each alone
+                for task in batch:
+                    self._run([task])
+                return
+            batch[0].future.set_exception(e)
+        except Exception:  # noqa: BLE001 - a fault of the server or model, reported as 500 without details
+            logging.exception("Model call of signature %r failed.", signature.name)
+            error = ServeError(500, "Internal error while running the model; see the server log.")
+            for task in batch:
+                if not task.future.done():
+                    task.future.set_exception(error)
+

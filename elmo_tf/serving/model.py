@@ -1,0 +1,186 @@
+"""The served model: which SavedModel a folder holds, its signatures, TF Serving's metadata, and one model call.
+
+`ServedModel` loads one version of an export; `Signature` describes one of its signatures and what batching
+needs of it (which input is padded, how to cut a request's outputs back to its own length).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any, Callable, Optional
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from elmo_tf.text.tokens import max_tokens
+from elmo_tf.errors import ModelDirError, ServeError, load_saved_model, tf_error_message
+
+SEQUENCE_LEN = "sequence_len"
+
+
+def numpy_dtype(dtype: tf.DType):
+    """The numpy dtype of arrays holding values of `dtype` (object, i.e. bytes, for strings)."""
+    return object if dtype == tf.string else dtype.as_numpy_dtype
+
+
+def resolve_model_dir(model_dir: str) -> tuple[str, int]:
+    """Finds the SavedModel to serve.
+
+    Args:
+      model_dir: a SavedModel folder, or a TF Serving base path whose numbered subfolders hold SavedModels
+        (as `export.py --version=N` writes them).
+
+    Returns:
+      (SavedModel folder, version): the highest numbered version of a base path; for a SavedModel folder,
+      its name if that is a number (e.g. `serving/elmo/3`), else 1.
+    """
+    if not os.path.isdir(model_dir):
+        raise ModelDirError(f"--model_dir {model_dir!r} is not a directory.")
+    if os.path.isfile(os.path.join(model_dir, "saved_model.pb")):
+        name = os.path.basename(os.path.normpath(model_dir))
+        return model_dir, int(name) if re.fullmatch(r"[0-9]+", name) else 1
+    versions = {
+        int(name): os.path.join(model_dir, name)
+        for name in os.listdir(model_dir)
+        if re.fullmatch(r"[0-9]+", name) and os.path.isfile(os.path.join(model_dir, name, "saved_model.pb"))
+    }
+    if not versions:
+        raise ModelDirError(
+            f"--model_dir {model_dir!r} is neither a SavedModel (no saved_model.pb) nor a base path with numbered "
+            f"version folders holding one (as `export.py --export_dir=DIR --version=1` writes); it contains "
+            f"{sorted(os.listdir(model_dir))[:10]}."
+        )
+    version = max(versions)
+    return versions[version], version
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Signature:
+    """One signature of the served model.
+
+    Attributes:
+      name: its key in the SavedModel.
+      function: the concrete function, called with one tensor per input.
+      inputs, outputs: TensorSpec per name.
+      batchable: requests can share a model call. Needs every input and output batched on axis 0, at most one
+        `[B, T]` input, and a `sequence_len` output `[B]` (elmo_tf's signatures): that is what allows cutting
+        each request's `[B, T, ...]` outputs back to its own T.
+      padded_input: the `[B, T]` input (`tokens`), padded with "" (or 0) to the longest T of a batch; a request's
+        outputs are then cut to its own T. Without one, they are cut to its longest `sequence_len`.
+    """
+
+    name: str
+    function: Callable[..., dict[str, tf.Tensor]]
+    inputs: dict[str, tf.TensorSpec]
+    outputs: dict[str, tf.TensorSpec]
+    batchable: bool
+    padded_input: Optional[str]
+
+    @classmethod
+    def from_function(cls, name: str, function) -> "Signature":
+        inputs = dict(function.structured_input_signature[1])
+        outputs = dict(function.structured_outputs)
+        specs = list(inputs.values()) + list(outputs.values())
+        batched = all(s.shape.rank is not None and s.shape.rank >= 1 and s.shape[0] is None for s in specs)
+        wide = [n for n, s in inputs.items() if s.shape.rank is not None and s.shape.rank >= 2]
+        has_lengths = SEQUENCE_LEN in outputs and outputs[SEQUENCE_LEN].shape.rank == 1
+        batchable = batched and has_lengths and len(wide) <= 1 and all(inputs[n].shape.rank == 2 for n in wide)
+        return cls(name, function, inputs, outputs, batchable, wide[0] if wide and batchable else None)
+
+    def row_tokens(self, inputs: dict[str, np.ndarray]) -> Optional[np.ndarray]:
+        """Token positions per row `[B]` that a model call spends on this request (None: not known).
+
+        The padded input's T for `tokens`; for a text input, an upper bound of the in-graph tokenizers' count.
+        """
+        if not self.batchable:
+            return None
+        if self.padded_input:
+            array = inputs[self.padded_input]
+            return np.full(array.shape[0], array.shape[1], np.int64)
+        texts = [name for name, spec in self.inputs.items() if spec.dtype == tf.string and spec.shape.rank == 1]
+        if len(texts) != 1:
+            return None
+        return np.array([max_tokens(text) for text in inputs[texts[0]]], np.int64)
+
+    def cut(self, outputs: dict[str, np.ndarray], columns: Optional[int]) -> dict[str, np.ndarray]:
+        """One request's rows of a batch's outputs -> as if the request had been run alone."""
+        if not self.batchable:
+            return outputs
+        length = columns if self.padded_input else int(np.max(outputs[SEQUENCE_LEN], initial=0))
+        return {
+            key: value[:, :length] if value.ndim >= 2 and self.outputs[key].shape[1] is None else value
+            for key, value in outputs.items()
+        }
+
+
+def signature_def_json(saved_model_dir: str) -> dict[str, Any]:
+    """The SignatureDefMap of the `serve` graph as TF Serving's metadata API prints it (proto JSON, all fields)."""
+    from google.protobuf import json_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    graphs = [g for g in saved_model.meta_graphs if "serve" in g.meta_info_def.tags] or list(saved_model.meta_graphs)
+    signature_map = {}
+    for key, signature_def in graphs[0].signature_def.items():
+        try:
+            signature_map[key] = json_format.MessageToDict(
+                signature_def, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            )
+        except TypeError:  # protobuf < 5.26 names the option differently
+            signature_map[key] = json_format.MessageToDict(
+                signature_def, preserving_proto_field_name=True, including_default_value_fields=True
+            )
+    return {"signature_def": signature_map}
+
+
+class ServedModel:
+    """One loaded version of a SavedModel: its signatures, TF Serving metadata, and `run`.
+
+    Args:
+      model_dir: a SavedModel or a TF Serving base path (see `resolve_model_dir`).
+      name: the model's name in the URLs (`/v1/models/NAME`).
+    """
+
+    def __init__(self, model_dir: str, name: str = "elmo"):
+        if not name or "/" in name or ":" in name:
+            raise ValueError(f"`name` must be non-empty without '/' or ':'; received {name!r}.")
+        self.name = name
+        self.path, self.version = resolve_model_dir(model_dir)
+        loaded = load_saved_model(self.path, ModelDirError)
+        self._loaded = loaded  # keeps the variables alive
+        self.signatures = {key: Signature.from_function(key, fn) for key, fn in loaded.signatures.items()}
+        if not self.signatures:
+            raise ModelDirError(f"The SavedModel at {self.path!r} has no signatures to serve.")
+        self.metadata = {
+            "model_spec": {"name": name, "signature_name": "", "version": str(self.version)},
+            "metadata": {"signature_def": signature_def_json(self.path)},
+        }
+
+    def run(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Calls `signature` once. Inputs the model rejects raise ServeError(400)."""
+        tensors = {key: tf.constant(value, dtype=signature.inputs[key].dtype) for key, value in inputs.items()}
+        try:
+            outputs = signature.function(**tensors)
+        except tf.errors.InvalidArgumentError as e:
+            raise ServeError(400, f"Invalid argument: {tf_error_message(e)}") from None
+        except tf.errors.ResourceExhaustedError as e:
+            raise ServeError(503, f"Out of memory: {tf_error_message(e)}; send fewer sentences per request.") from None
+        return {key: value.numpy() for key, value in outputs.items()}
+
+    def warm_up(self) -> None:
+        """Runs every signature once on a one-row input, so the first request does not pay for set-up."""
+        for signature in self.signatures.values():
+            inputs = {}
+            for key, spec in signature.inputs.items():
+                shape = [1 if d is None else d for d in spec.shape]
+                inputs[key] = np.full(shape, b"" if spec.dtype == tf.string else 0, dtype=numpy_dtype(spec.dtype))
+            try:
+                self.run(signature, inputs)
+            except ServeError as e:
+                logging.warning("Warm-up of signature %r failed: %s", signature.name, e.message)
+
