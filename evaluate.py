@@ -28,6 +28,21 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _flag_checks():
+    """elmo_tf/commands/flag_checks.py (absl only), loaded by path: importing it through the elmo_tf package would
+    load TensorFlow first, and a bad flag is reported before that."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("elmo_tf_flag_checks", os.path.join(HERE, "elmo_tf", "commands", "flag_checks.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+flag_checks = _flag_checks()
+INT32_MAX, SEED_MAX = flag_checks.INT32_MAX, flag_checks.SEED_MAX
 DATA = os.path.join(HERE, "data")
 
 LANGS = {
@@ -48,32 +63,40 @@ flags.DEFINE_string("docs_dir", os.path.join(HERE, "docs"), "Where RESULTS.md an
 flags.DEFINE_list("stages", list(STAGES), "Stages to run (in pipeline order); finished ones are reused unless --redo.")
 flags.DEFINE_list("redo", [], "Stages to run again even if finished (their later stages are not redone automatically).")
 # Language models.
-flags.DEFINE_integer("lm_steps_en", 1800, "Training steps of the English biLM (batch 32 x 20 tokens).")
-flags.DEFINE_integer("lm_steps_zh", 1500, "Training steps of the Chinese biLM.")
+flags.DEFINE_integer("lm_steps_en", 1800, "Training steps of the English biLM (batch 32 x 20 tokens).", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("lm_steps_zh", 1500, "Training steps of the Chinese biLM.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_float("lm_max_minutes", 25.0, "Time budget per biLM: training stops earlier when it is used up.")
-flags.DEFINE_integer("eval_every", 100, "Steps between held-out perplexity points.")
-flags.DEFINE_integer("heldout_sentences", 300, "Size of the held-out sample for the perplexity curve.")
-flags.DEFINE_integer("seed", 0, "Seed of the LM data order, negatives, dropout and of word2vec.")
+flag_checks.check_float("lm_max_minutes", 0, low_open=True)
+flags.DEFINE_integer("eval_every", 100, "Steps between held-out perplexity points.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("heldout_sentences", 300, "Size of the held-out sample for the perplexity curve.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("seed", 0, "Seed of the LM data order, negatives, dropout and of word2vec.", lower_bound=0,
+                     upper_bound=SEED_MAX)
 # word2vec.
-flags.DEFINE_integer("w2v_dim", 256, "word2vec dimensions (the ELMo layers have 2 x 128).")
-flags.DEFINE_integer("w2v_epochs", 5, "word2vec passes over the corpus.")
+flags.DEFINE_integer("w2v_dim", 256, "word2vec dimensions (the ELMo layers have 2 x 128).", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("w2v_epochs", 5, "word2vec passes over the corpus.", lower_bound=1, upper_bound=INT32_MAX)
 # Classifiers.
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Classifier seeds (mean ± std over them).")
+flag_checks.check_number_list("seeds", 0, SEED_MAX, integer=True, min_length=1)
 flags.DEFINE_list("variants", ["a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec"],
                   "Classifier variants (see evaluation/downstream.py).")
-flags.DEFINE_integer("train_examples", 600, "Training examples per task (a fixed random subset; 0 = all).")
-flags.DEFINE_integer("dev_examples", 1000, "Dev examples per task (a fixed random subset; 0 = the whole dev split).")
-flags.DEFINE_integer("max_tokens_en", 40, "English texts are cut to this many tokens.")
-flags.DEFINE_integer("max_tokens_zh", 32, "Chinese texts are cut to this many tokens (characters).")
-flags.DEFINE_integer("batch_size", 32, "Classifier batch size.")
-flags.DEFINE_integer("hidden", 128, "Classifier hidden units.")
-flags.DEFINE_float("dropout", 0.3, "Classifier dropout.")
-flags.DEFINE_integer("head_epochs", 40, "Epochs of the head on frozen features.")
-flags.DEFINE_float("head_learning_rate", 1e-3, "Adam rate of the head on frozen features.")
-flags.DEFINE_integer("ft_epochs", 2, "Fine-tuning epochs of variants (d).")
+flags.DEFINE_integer("train_examples", 600, "Training examples per task (a fixed random subset; 0 = all).", lower_bound=0,
+                     upper_bound=INT32_MAX)
+flags.DEFINE_integer("dev_examples", 1000, "Dev examples per task (a fixed random subset; 0 = the whole dev split).",
+                     lower_bound=0, upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_tokens_en", 40, "English texts are cut to this many tokens.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_tokens_zh", 32, "Chinese texts are cut to this many tokens (characters).", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("batch_size", 32, "Classifier batch size.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("hidden", 128, "Classifier hidden units.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_float("dropout", 0.3, "Classifier dropout, in [0, 1).")
+flag_checks.check_float("dropout", 0, 1, high_open=True)
+flags.DEFINE_integer("head_epochs", 40, "Epochs of the head on frozen features.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_float("head_learning_rate", 1e-3, "Adam rate of the head on frozen features, in (0, 1).")
+flag_checks.check_float("head_learning_rate", 0, 1, low_open=True, high_open=True)
+flags.DEFINE_integer("ft_epochs", 2, "Fine-tuning epochs of variants (d).", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_list("ft_learning_rates", ["5e-4", "1e-4", "2e-5"],
                   "Fine-tuning rates tried for each variant (d) (plain: the constant rate; ULMFiT: the top group's peak); "
                   "the one with the best accuracy on a fifth of the training examples held out is used.")
+flag_checks.check_number_list("ft_learning_rates", 0, 1, low_open=True, high_open=True, min_length=1)
 FLAGS = flags.FLAGS
 
 
@@ -267,17 +290,7 @@ def main(argv):
     unknown = set(FLAGS.stages) - set(STAGES) or set(FLAGS.redo) - set(STAGES)
     if unknown:
         raise app.UsageError(f"Unknown stage(s) {sorted(unknown)}; stages are {list(STAGES)}.")
-    for name in ("lm_steps_en", "lm_steps_zh", "eval_every", "heldout_sentences", "head_epochs", "ft_epochs", "batch_size"):
-        if FLAGS[name].value < 1:
-            raise app.UsageError(f"--{name} must be >= 1; got {FLAGS[name].value}.")
-    if not FLAGS.seeds:
-        raise app.UsageError("--seeds needs at least one seed.")
-    try:
-        rates = [float(r) for r in FLAGS.ft_learning_rates]
-    except ValueError:
-        rates = []
-    if not rates or not all(0 < r < 1 for r in rates):
-        raise app.UsageError(f"--ft_learning_rates must be numbers in (0, 1); got {FLAGS.ft_learning_rates}.")
+    # Numeric flags (ranges, --seeds, --ft_learning_rates) were checked when absl parsed them (flag_checks).
     sys.path.insert(0, HERE)
     logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines about saving; progress is printed
     p = Pipeline()
@@ -326,4 +339,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=flag_checks.parse_flags)

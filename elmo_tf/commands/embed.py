@@ -19,6 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
+from elmo_tf.commands.flag_checks import INT32_MAX, parse_flags  # noqa: E402
 from elmo_tf.commands.embed_flags import (  # noqa: E402
     EXIT_BAD_INPUT,
     define_output_flags,
@@ -38,16 +39,17 @@ define_output_flags()
 flags.DEFINE_bool("tokenized", True, "Lines are whitespace-separated tokens. false: split them with the module's "
                   "in-graph tokenizer (the one chosen at export), or on whitespace with --options_file.")
 # How.
-flags.DEFINE_integer("batch_size", 64, "Sentences per model call.")
+flags.DEFINE_integer("batch_size", 64, "Sentences per model call.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_batch_tokens", 4096, "At most this many padded token slots (sentences x longest) per "
-                     "model call; bounds memory on long sentences.")
+                     "model call; bounds memory on long sentences.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_bool("sort_by_length", True, "Batch sentences of similar length together (less padding; the "
                   "file's order is kept in the output either way). false: batches follow the file's order.")
 flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "float16"],
                   "With --options_file: compute precision (opt-in bfloat16 where the CPU/GPU supports it, float16 on "
                   "GPUs). A module computes in the precision it was exported with.")
 flags.DEFINE_bool("overwrite", False, "Replace an existing --output_file (only once the new one is complete).")
-flags.DEFINE_integer("chunk_lines", 10_000, "Advanced: lines per resumable chunk (progress is saved after each).")
+flags.DEFINE_integer("chunk_lines", 10_000, "Advanced: lines per resumable chunk (progress is saved after each).",
+                     lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_bool("progress", True, "Show a progress bar (sentences/s, tokens/s, ETA) on stderr.")
 FLAGS = flags.FLAGS
 
@@ -66,12 +68,6 @@ def main(argv):
     if original and not (FLAGS.options_file and FLAGS.weight_file):
         raise usage_error("--options_file and --weight_file must be given together.")
     mix_weights = mix_weights_from_flags()
-    if FLAGS.batch_size < 1:
-        raise usage_error(f"--batch_size must be >= 1; got {FLAGS.batch_size}.")
-    if FLAGS.max_batch_tokens < 1:
-        raise usage_error(f"--max_batch_tokens must be >= 1; got {FLAGS.max_batch_tokens}.")
-    if FLAGS.chunk_lines < 1:
-        raise usage_error(f"--chunk_lines must be >= 1; got {FLAGS.chunk_lines}.")
 
     from elmo_tf.model.config import ConfigError
     from elmo_tf.embedding.embedder import EmbedError, Embedder, check_file_paths
@@ -121,7 +117,7 @@ def main(argv):
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

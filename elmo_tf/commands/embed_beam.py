@@ -21,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 from elmo_tf.commands.embed_flags import define_output_flags, mix_weights_from_flags, usage_error  # noqa: E402
+from elmo_tf.commands.flag_checks import INT32_MAX, exit_on_flag_error  # noqa: E402
 
 # Required.
 flags.DEFINE_string("input_pattern", None, "Glob of UTF-8 text files, one sentence per line (any Beam filesystem; "
@@ -34,17 +35,21 @@ define_output_flags()
 flags.DEFINE_bool("tokenized", True, "Lines are whitespace-separated tokens. false: split them with the module's "
                   "in-graph tokenizer (the one chosen at export).")
 # How.
-flags.DEFINE_integer("batch_size", 64, "Sentences per model call (batched by length within a chunk).")
+flags.DEFINE_integer("batch_size", 64, "Sentences per model call (batched by length within a chunk).", lower_bound=1,
+                     upper_bound=INT32_MAX)
 flags.DEFINE_integer("chunk_lines", 10_000, "Lines per chunk = unit of work = output shard. With embed's "
-                     "--chunk_lines and --batch_size the arrays equal embed's bit for bit.")
-flags.DEFINE_integer("max_line_bytes", 100_000, "Longer lines go to the dead-letter output.")
+                     "--chunk_lines and --batch_size the arrays equal embed's bit for bit.", lower_bound=1,
+                     upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_line_bytes", 100_000, "Longer lines go to the dead-letter output.", lower_bound=1,
+                     upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_tokens", 1_000, "Lines with more tokens go to the dead-letter output (a batch holds "
-                     "--batch_size lines as long as its longest, so this bounds a worker's memory).")
+                     "--batch_size lines as long as its longest, so this bounds a worker's memory).", lower_bound=1,
+                     upper_bound=INT32_MAX)
 FLAGS = flags.FLAGS
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-    """absl parses its flags; everything else is left for Beam's PipelineOptions."""
+    """absl parses its flags (and checks their ranges); everything else is left for Beam's PipelineOptions."""
     return FLAGS(argv, known_only=True)
 
 
@@ -56,9 +61,6 @@ def settings_from_flags():
         if not FLAGS[name].value:
             raise usage_error(f"--{name} is required.")
     mix_weights = mix_weights_from_flags()
-    for name in ("batch_size", "chunk_lines", "max_line_bytes", "max_tokens"):
-        if FLAGS[name].value < 1:
-            raise usage_error(f"--{name} must be >= 1; got {FLAGS[name].value}.")
     return EmbedSettings(
         input_pattern=FLAGS.input_pattern,
         output_prefix=FLAGS.output_prefix,
@@ -153,7 +155,7 @@ def main(argv):
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=exit_on_flag_error(_parse_flags))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ from typing import Optional
 
 from absl import app, flags
 
-# Bad input exits with this code (absl's own flag-parsing errors exit with 1).
-EXIT_BAD_INPUT = 2
+from elmo_tf.commands.flag_checks import EXIT_USAGE, check_float, check_number_list
+
+# Bad input exits with this code (as a bad flag value: elmo_tf/commands/flag_checks.py).
+EXIT_BAD_INPUT = EXIT_USAGE
 
 
 def usage_error(message: str) -> app.UsageError:
@@ -20,7 +22,9 @@ def define_output_flags() -> None:
                       "all: [L+1, n, 2P] per line; top: last biLSTM layer; average: mean of the L+1 layers; "
                       "mix: softmax(--mix_weights) weighted sum times --gamma. The others are [n, 2P].")
     flags.DEFINE_list("mix_weights", None, "With --layers=mix: L + 1 comma-separated un-normalised weights.")
+    check_number_list("mix_weights")
     flags.DEFINE_float("gamma", 1.0, "With --layers=mix: the scale of the mixed layers.")
+    check_float("gamma")
     flags.DEFINE_enum("dtype", "float32", ["float32", "float16"], "Type of the stored embeddings.")
 
 
@@ -33,7 +37,4 @@ def mix_weights_from_flags() -> Optional[list[float]]:
         raise usage_error("--mix_weights and --gamma apply to --layers=mix only.")
     if not FLAGS.mix_weights:
         return None
-    try:
-        return [float(w) for w in FLAGS.mix_weights]
-    except ValueError:
-        raise usage_error(f"--mix_weights must be numbers; got {FLAGS.mix_weights}.") from None
+    return [float(w) for w in FLAGS.mix_weights]  # finite numbers: checked when the flags were parsed

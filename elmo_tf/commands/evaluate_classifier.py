@@ -20,9 +20,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags  # noqa: E402
 
+from elmo_tf.commands.flag_checks import INT32_MAX, parse_flags  # noqa: E402
+
 flags.DEFINE_string("model_dir", None, "A classifier folder written by evaluate.py (holds classifier.json).")
 flags.DEFINE_string("data", None, "TSV with a header naming `label` and `text` columns.")
-flags.DEFINE_integer("batch_size", 64, "Sentences per batch.")
+flags.DEFINE_integer("batch_size", 64, "Sentences per batch.", lower_bound=1, upper_bound=INT32_MAX)
 FLAGS = flags.FLAGS
 
 
@@ -31,8 +33,6 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS.model_dir or not FLAGS.data:
         raise app.UsageError("Give --model_dir and --data.")
-    if FLAGS.batch_size < 1:
-        raise app.UsageError(f"--batch_size must be >= 1; got {FLAGS.batch_size}.")
     from elmo_tf.downstream import classifier
 
     try:
@@ -50,7 +50,7 @@ def main(argv):
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

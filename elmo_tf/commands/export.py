@@ -17,6 +17,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
+from elmo_tf.commands.flag_checks import check_float, check_number_list, parse_flags  # noqa: E402
+
 # The model: either the original files, or a training directory of train.py.
 flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout).")
 flags.DEFINE_string("weight_file", None, "The model's weights.hdf5 (original bilm-tf layout).")
@@ -29,13 +31,16 @@ flags.DEFINE_enum("trainable", "mix", ["mix", "all", "none"],
                   "What `trainable_variables` holds: the scalar mix (default), everything, or nothing.")
 flags.DEFINE_bool("layer_norm", False, "Layer-normalise each biLM layer (per sentence) before the scalar mix.")
 flags.DEFINE_list("mix_weights", None, "Initial un-normalised scalar-mix weights, L + 1 comma-separated numbers.")
+check_number_list("mix_weights")
 flags.DEFINE_float("l2_coef", 0.0, "L2 penalty on the mix weights, exposed as the module's regularization_losses.")
+check_float("l2_coef", 0)
 flags.DEFINE_enum("tokenizer", "whitespace", ["whitespace", "cjk_chars"],
                   "In-graph tokenizer of the `default` signature: like str.split(), or every CJK ideograph a token.")
 flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "float16"],
                   "Compute precision of the module (weights stay float32): bfloat16 is faster where the CPU or GPU "
                   "has bfloat16 units (outputs deviate ~1e-2 from float32); float16 is for GPUs.")
-flags.DEFINE_integer("version", None, "Write to EXPORT_DIR/VERSION/, the folder layout of TF Serving's --model_base_path.")
+flags.DEFINE_integer("version", None, "Write to EXPORT_DIR/VERSION/, the folder layout of TF Serving's --model_base_path.",
+                     lower_bound=1, upper_bound=2**63 - 1)  # TF Serving's versions are int64
 FLAGS = flags.FLAGS
 
 
@@ -49,19 +54,10 @@ def main(argv):
         raise app.UsageError("--options_file and --weight_file (or --checkpoint_dir) are required.")
     if original and not (FLAGS.options_file and FLAGS.weight_file):
         raise app.UsageError("--options_file and --weight_file must be given together.")
-    if FLAGS.l2_coef < 0:
-        raise app.UsageError(f"--l2_coef must be >= 0; got {FLAGS.l2_coef}.")
-    mix_weights = None
-    if FLAGS.mix_weights:
-        try:
-            mix_weights = [float(w) for w in FLAGS.mix_weights]
-        except ValueError:
-            raise app.UsageError(f"--mix_weights must be numbers; got {FLAGS.mix_weights}.") from None
+    mix_weights = [float(w) for w in FLAGS.mix_weights] if FLAGS.mix_weights else None  # numbers: checked at parsing
     saved_model_only = ("trainable", "layer_norm", "mix_weights", "l2_coef", "tokenizer", "version", "precision")
     if FLAGS.format == "hdf5" and any(FLAGS[name].present for name in saved_model_only):
         raise app.UsageError(f"--{', --'.join(saved_model_only)} apply to --format=saved_model only.")
-    if FLAGS.version is not None and FLAGS.version < 1:
-        raise app.UsageError(f"--version must be >= 1; got {FLAGS.version}.")
 
     import tensorflow as tf
 
@@ -102,7 +98,7 @@ def main(argv):
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import threading
 import tensorflow as tf
 from absl import app, flags, logging
 
+from elmo_tf.commands.flag_checks import INT32_MAX, check_float, parse_flags
 from elmo_tf.errors import ModelDirError
 from elmo_tf.serving import ModelServer, ServedModel, ServerOptions
 
@@ -25,22 +26,26 @@ flags.DEFINE_string("model_dir", None, "A SavedModel, or a TF Serving base path 
 flags.DEFINE_string("model_name", "elmo", "NAME in the URLs /v1/models/NAME...")
 # Where to listen.
 flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0 = every interface).")
-flags.DEFINE_integer("port", 8501, "TCP port of the REST API (TF Serving's default is 8501; 0 = any free port).")
+flags.DEFINE_integer("port", 8501, "TCP port of the REST API (TF Serving's default is 8501; 0 = any free port).",
+                     lower_bound=0, upper_bound=65535)
 # Batching and limits.
-flags.DEFINE_integer("max_batch_size", 64, "Most sentences per model call; concurrent requests merge up to it.")
-flags.DEFINE_float("batch_timeout_ms", 5.0, "How long a batch waits for more requests after its first (0: none).")
-flags.DEFINE_integer("max_enqueued_batches", 32, "Queue bound in batches of max_batch_size sentences; then 503.")
-flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request body accepted; larger ones get 413.")
+flags.DEFINE_integer("max_batch_size", 64, "Most sentences per model call; concurrent requests merge up to it.",
+                     lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_float("batch_timeout_ms", 5.0, "How long a batch waits for more requests after its first (0: none; at "
+                   "most a minute).")
+check_float("batch_timeout_ms", 0, 60_000)
+flags.DEFINE_integer("max_enqueued_batches", 32, "Queue bound in batches of max_batch_size sentences; then 503.",
+                     lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request body accepted; larger ones get 413.", lower_bound=1,
+                     upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences x tokens of the longest) per "
-                     "model call; larger requests get 413.")
+                     "model call; larger requests get 413.", lower_bound=1, upper_bound=INT32_MAX)
 flags.mark_flag_as_required("model_dir")
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if not 0 <= FLAGS.port <= 65535:
-        raise app.UsageError(f"--port must be in [0, 65535]; got {FLAGS.port}.")
     if not FLAGS.model_name or "/" in FLAGS.model_name or ":" in FLAGS.model_name:
         raise app.UsageError(f"--model_name must be non-empty without '/' or ':'; got {FLAGS.model_name!r}.")
     try:
@@ -85,7 +90,7 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

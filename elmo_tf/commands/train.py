@@ -16,7 +16,8 @@ from typing import Optional
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
-from elmo_tf.errors import InputError
+from elmo_tf.commands.flag_checks import INT32_MAX, SEED_MAX, check_float, parse_flags  # noqa: E402
+from elmo_tf.errors import InputError  # noqa: E402
 
 # Defaults are relative to the working directory: the repository root holds data/english (run.sh runs there).
 DEFAULT_TRAIN = os.path.join("data", "english", "train", "*.txt")
@@ -34,22 +35,31 @@ flags.DEFINE_string("options_file", None, "An options.json (original layout) ins
 flags.DEFINE_string("init_checkpoint", None, "Continued pretraining: start from a train.py --save_dir, or from original "
                     "weights given as OPTIONS.json,WEIGHTS.hdf5. The architecture is taken from it unless given.")
 # Recipe (defaults from the preset / the original).
-flags.DEFINE_integer("batch_size", None, "Rows per replica (default: the preset's).")
-flags.DEFINE_integer("unroll_steps", None, "Tokens per window (default: the preset's, 20).")
-flags.DEFINE_integer("n_negative_samples", None, "Negatives per step for the sampled softmax (default: the preset's).")
-flags.DEFINE_float("learning_rate", 0.2, "Adagrad learning rate.")
-flags.DEFINE_float("dropout", None, "Dropout (default: the preset's, 0.1).")
+flags.DEFINE_integer("batch_size", None, "Rows per replica (default: the preset's).", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("unroll_steps", None, "Tokens per window (default: the preset's, 20).", lower_bound=1,
+                     upper_bound=INT32_MAX)
+flags.DEFINE_integer("n_negative_samples", None, "Negatives per step for the sampled softmax (default: the preset's; "
+                     "at least the vocabulary's size: the full softmax).", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_float("learning_rate", 0.2, "Adagrad learning rate (> 0).")
+check_float("learning_rate", 0, low_open=True)
+flags.DEFINE_float("dropout", None, "Dropout (default: the preset's, 0.1), in [0, 1).")
+check_float("dropout", 0, 1, high_open=True)
 flags.DEFINE_bool("scale_loss_by_unroll_steps", True, "Take the gradients of unroll_steps x the mean loss, as the "
                   "original does (its learning speed); --noscale_loss_by_unroll_steps: of the mean loss itself.")
-flags.DEFINE_integer("max_steps", None, "Stop after this many steps. Default: 600 for the default run, else none.")
-flags.DEFINE_integer("n_epochs", None, "Passes over the corpus (default: repeat until --max_steps).")
-flags.DEFINE_integer("vocab_size", None, "Size cut when building the vocabulary (default: the preset's n_tokens_vocab).")
-flags.DEFINE_integer("min_count", 1, "Minimum count when building the vocabulary.")
-flags.DEFINE_integer("checkpoint_every", 200, "Steps between checkpoints.")
-flags.DEFINE_integer("eval_every", 0, "Steps between held-out evaluations (0: at the end only).")
-flags.DEFINE_integer("seed", 0, "Seed of the data order, negatives and dropout.")
+flags.DEFINE_integer("max_steps", None, "Stop after this many steps. Default: 600 for the default run, else none.",
+                     lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("n_epochs", None, "Passes over the corpus (default: repeat until --max_steps).", lower_bound=1,
+                     upper_bound=INT32_MAX)
+flags.DEFINE_integer("vocab_size", None, "Size cut when building the vocabulary, the 3 special tokens included (default: "
+                     "the preset's n_tokens_vocab).", lower_bound=3, upper_bound=INT32_MAX)
+flags.DEFINE_integer("min_count", 1, "Minimum count when building the vocabulary.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("checkpoint_every", 200, "Steps between checkpoints.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("eval_every", 0, "Steps between held-out evaluations (0: at the end only).", lower_bound=0,
+                     upper_bound=INT32_MAX)
+flags.DEFINE_integer("seed", 0, "Seed of the data order, negatives and dropout.", lower_bound=0, upper_bound=SEED_MAX)
 # Devices.
-flags.DEFINE_integer("num_gpus", None, "Use the first N visible GPUs (default: all). Multi-machine: set TF_CONFIG.")
+flags.DEFINE_integer("num_gpus", None, "Use the first N visible GPUs (default: all). Multi-machine: set TF_CONFIG.",
+                     lower_bound=0)
 # What to do.
 flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (then export), or eval: held-out perplexity of --save_dir.")
 flags.DEFINE_string("export_dir", "hub_module", "Export the trained model here ('' to skip).")
@@ -59,14 +69,6 @@ FLAGS = flags.FLAGS
 def _check_flags() -> None:
     if FLAGS.options_file and FLAGS["preset"].present:
         raise app.UsageError("Give either --preset or --options_file, not both.")
-    for name in ("batch_size", "unroll_steps", "n_negative_samples", "max_steps", "n_epochs", "vocab_size", "checkpoint_every"):
-        value = FLAGS[name].value
-        if value is not None and value < 1:
-            raise app.UsageError(f"--{name} must be >= 1; got {value}.")
-    if FLAGS.learning_rate <= 0:
-        raise app.UsageError(f"--learning_rate must be > 0; got {FLAGS.learning_rate}.")
-    if FLAGS.dropout is not None and not 0 <= FLAGS.dropout < 1:
-        raise app.UsageError(f"--dropout must be in [0, 1); got {FLAGS.dropout}.")
     source = FLAGS.init_checkpoint
     if source:
         files = source.split(",")
@@ -202,7 +204,7 @@ def _train() -> dict:
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -166,5 +166,5 @@ def test_embed_max_batch_tokens_out_of_range(tmp_path, value):
                         f"--max_batch_tokens={value}", "--noprogress"])  # fmt: skip
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert f"--max_batch_tokens must be >= 1; got {value}." in result.stderr
+    assert f"flag --max_batch_tokens={value}: {value} is not an integer in the range [1, 2147483647]" in result.stderr
     assert not (tmp_path / "out.hdf5").exists()

@@ -50,8 +50,8 @@ def test_train_eval_and_export_from_the_command_line(corpus, tmp_path):
     "args, message",
     [
         (["--preset=small", f"--options_file={TINY}"], "either --preset or --options_file"),
-        (["--batch_size=0"], "--batch_size must be >= 1"),
-        (["--dropout=1.5"], "--dropout must be in"),
+        (["--batch_size=0"], "flag --batch_size=0: 0 is not an integer in the range [1, "),
+        (["--dropout=1.5"], "flag --dropout=1.5: 1.5 is not a number in the range [0, 1)"),
         (["--mode=eval", "--heldout_prefix="], "--mode=eval needs --heldout_prefix"),
         (["--init_checkpoint=/nonexistent"], "is not a train.py --save_dir"),
     ],
