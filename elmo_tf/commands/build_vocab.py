@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags, logging
 
+from elmo_tf.commands.flag_checks import run_command
 from elmo_tf.errors import VocabError
 from elmo_tf.text.vocab import SPECIAL_TOKENS, build_vocab_file
 
@@ -34,7 +35,7 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main)
+    run_command(main)
 
 
 if __name__ == "__main__":

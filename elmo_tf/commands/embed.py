@@ -17,9 +17,9 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
-from elmo_tf.commands.flag_checks import INT32_MAX, parse_flags  # noqa: E402
+from elmo_tf.commands.flag_checks import INT32_MAX, run_command  # noqa: E402
 from elmo_tf.commands.embed_flags import (  # noqa: E402
     EXIT_BAD_INPUT,
     define_output_flags,
@@ -117,7 +117,7 @@ def main(argv):
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=parse_flags)
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
 from elmo_tf.commands.embed_flags import define_output_flags, mix_weights_from_flags, usage_error  # noqa: E402
-from elmo_tf.commands.flag_checks import INT32_MAX, exit_on_flag_error  # noqa: E402
+from elmo_tf.commands.flag_checks import INT32_MAX, exit_on_flag_error, run_command  # noqa: E402
 
 # Required.
 flags.DEFINE_string("input_pattern", None, "Glob of UTF-8 text files, one sentence per line (any Beam filesystem; "
@@ -155,7 +155,7 @@ def main(argv):
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=exit_on_flag_error(_parse_flags))
+    run_command(main, exit_on_flag_error(_parse_flags))
 
 
 if __name__ == "__main__":

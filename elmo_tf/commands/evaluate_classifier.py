@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags  # noqa: E402
 
-from elmo_tf.commands.flag_checks import INT32_MAX, parse_flags  # noqa: E402
+from elmo_tf.commands.flag_checks import INT32_MAX, run_command  # noqa: E402
 
 flags.DEFINE_string("model_dir", None, "A classifier folder written by evaluate.py (holds classifier.json).")
 flags.DEFINE_string("data", None, "TSV with a header naming `label` and `text` columns.")
@@ -50,7 +50,7 @@ def main(argv):
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=parse_flags)
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
-from elmo_tf.commands.flag_checks import check_float, check_number_list, parse_flags  # noqa: E402
+from elmo_tf.commands.flag_checks import check_float, check_number_list, run_command  # noqa: E402
 
 # The model: either the original files, or a training directory of train.py.
 flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout).")
@@ -98,7 +98,7 @@ def main(argv):
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=parse_flags)
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-from absl import flags
+from absl import app, flags
 
 EXIT_USAGE = 2
 # Sizes and counts end up in TensorFlow shapes and int32 tensors; a larger value cannot work.
@@ -96,3 +96,14 @@ def exit_on_flag_error(parse: Callable[[list[str]], list[str]]) -> Callable[[lis
 
 
 parse_flags = exit_on_flag_error(lambda argv: flags.FLAGS(argv))
+
+
+def run_command(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], list[str]] = parse_flags) -> None:
+    """`app.run(main)` for a command, with `parse_flags` (exit 2 on a bad flag) and the command's own flags as the
+    key flags of the program, so that `--helpshort` lists them whatever the entry point (`python -m elmo_tf.X`,
+    `python train.py`, a console script): absl lists only the flags of the module it was started from."""
+    for module, module_flags in flags.FLAGS.flags_by_module_dict().items():
+        if module.startswith("elmo_tf.commands."):
+            for flag in module_flags:
+                flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+    app.run(main, flags_parser=flags_parser)

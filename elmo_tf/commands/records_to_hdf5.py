@@ -14,10 +14,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
 from elmo_tf.commands.embed_flags import EXIT_BAD_INPUT, usage_error  # noqa: E402
-from elmo_tf.commands.flag_checks import parse_flags  # noqa: E402
+from elmo_tf.commands.flag_checks import run_command  # noqa: E402
 
 flags.DEFINE_string("input_prefix", None, "The --output_prefix of a finished embed_beam run.")
 flags.DEFINE_string("output_file", None, "The HDF5 file to write (OUTPUT.partial until it is complete).")
@@ -50,7 +50,7 @@ def main(argv):
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=parse_flags)
+    run_command(main)
 
 
 if __name__ == "__main__":

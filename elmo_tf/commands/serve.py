@@ -14,7 +14,7 @@ import threading
 import tensorflow as tf
 from absl import app, flags, logging
 
-from elmo_tf.commands.flag_checks import INT32_MAX, check_float, parse_flags
+from elmo_tf.commands.flag_checks import INT32_MAX, check_float, run_command
 from elmo_tf.errors import ModelDirError
 from elmo_tf.serving import ModelServer, ServedModel, ServerOptions
 
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=parse_flags)
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Optional
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
-from elmo_tf.commands.flag_checks import INT32_MAX, SEED_MAX, check_float, parse_flags  # noqa: E402
+from elmo_tf.commands.flag_checks import INT32_MAX, SEED_MAX, check_float, run_command  # noqa: E402
 from elmo_tf.errors import InputError  # noqa: E402
 
 # Defaults are relative to the working directory: the repository root holds data/english (run.sh runs there).
@@ -204,7 +204,7 @@ def _train() -> dict:
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=parse_flags)
+    run_command(main)
 
 
 if __name__ == "__main__":
