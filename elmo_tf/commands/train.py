@@ -4,14 +4,13 @@
     python train.py --train_prefix='corpus/*.txt' --vocab_file=vocab.txt --save_dir=runs/mine --preset=original
     python train.py --mode=eval --save_dir=runs/mine --heldout_prefix='heldout/*.txt'
 
-A run resumes from the latest checkpoint in --save_dir. See elmo_tf/training.py for the recipe.
+A run resumes from the latest checkpoint in --save_dir. See elmo_tf/training/ and docs/TRAINING.md for the recipe.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -67,66 +66,34 @@ FLAGS = flags.FLAGS
 
 
 def _check_flags() -> None:
+    from elmo_tf.training.setup import init_checkpoint_problem
+
     if FLAGS.options_file and FLAGS["preset"].present:
         raise app.UsageError("Give either --preset or --options_file, not both.")
-    source = FLAGS.init_checkpoint
-    if source:
-        files = source.split(",")
-        if len(files) == 2 and not all(os.path.isfile(f) for f in files):
-            raise app.UsageError(f"--init_checkpoint={source}: OPTIONS.json,WEIGHTS.hdf5 must both be files.")
-        if len(files) == 1 and not os.path.isfile(os.path.join(source, "options.json")):
-            raise app.UsageError(f"--init_checkpoint={source} is not a train.py --save_dir (no options.json in it).")
-        if len(files) > 2:
-            raise app.UsageError(f"--init_checkpoint={source}: give a directory or OPTIONS.json,WEIGHTS.hdf5.")
-    if FLAGS.mode == "eval" and not FLAGS.heldout_prefix:
-        raise app.UsageError("--mode=eval needs --heldout_prefix.")
-    if FLAGS.eval_every and not FLAGS.heldout_prefix:
-        raise app.UsageError("--eval_every needs --heldout_prefix.")
-
-
-def _writable_folder_problem(path: str) -> Optional[str]:
-    """Why files cannot be created in folder `path` (made if missing), or None if they can."""
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return f"{existing!r} is not a folder"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"the folder {existing!r} is not writable"
-    return None
-
-
-def _output_folder_problem() -> Optional[str]:
-    """Why training could not write its outputs (checked first, not after hours of training), or None."""
-    folders = {"save_dir": FLAGS.save_dir}
-    if FLAGS.vocab_file and not os.path.exists(FLAGS.vocab_file):  # to be built
-        folders["vocab_file"] = os.path.dirname(os.path.abspath(FLAGS.vocab_file))
-    if FLAGS.export_dir:
-        folders["export_dir"] = os.path.dirname(os.path.abspath(FLAGS.export_dir))
-    for flag, folder in folders.items():
-        problem = _writable_folder_problem(folder)
-        if problem:
-            return f"--{flag}={FLAGS[flag].value} cannot be written: {problem}."
-    return None
+    problem = FLAGS.init_checkpoint and init_checkpoint_problem(FLAGS.init_checkpoint)
+    if problem:
+        raise app.UsageError(f"--init_checkpoint={problem}")
+    for needs in ("mode", "eval_every"):
+        if (FLAGS.mode == "eval" if needs == "mode" else FLAGS.eval_every) and not FLAGS.heldout_prefix:
+            raise app.UsageError(f"--{needs}={FLAGS[needs].value} needs --heldout_prefix.")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     _check_flags()
-    problem = _output_folder_problem() if FLAGS.mode == "train" else None
-    if problem:  # before the slow imports: fail at once
-        logging.error("%s", problem)
-        raise SystemExit(2)
-    import tensorflow as tf
+    from elmo_tf import ConfigError, ExportError, WeightFileError, training
+    from elmo_tf.errors import CorpusError, TrainingError, VocabError
 
-    from elmo_tf import ConfigError, ExportError, WeightFileError
-    from elmo_tf.training.data import CorpusError
-    from elmo_tf.errors import TrainingError
-    from elmo_tf.text.vocab import VocabError
-
-    tf.get_logger().setLevel("WARNING")
+    outputs = {f"save_dir={FLAGS.save_dir}": FLAGS.save_dir}
+    if FLAGS.vocab_file and not os.path.exists(FLAGS.vocab_file):  # to be built
+        outputs[f"vocab_file={FLAGS.vocab_file}"] = os.path.dirname(os.path.abspath(FLAGS.vocab_file))
+    if FLAGS.export_dir:
+        outputs[f"export_dir={FLAGS.export_dir}"] = os.path.dirname(os.path.abspath(FLAGS.export_dir))
+    problem = training.setup.output_folder_problem(outputs) if FLAGS.mode == "train" else None
     try:
+        if problem:
+            raise InputError(problem)
         result = _evaluate() if FLAGS.mode == "eval" else _train()
     except (InputError, ConfigError, VocabError, CorpusError, TrainingError, WeightFileError, ExportError, OSError) as e:
         # Bad input or a full disk: one line that says what to do; the traceback only with --verbosity=1.
@@ -140,54 +107,29 @@ def _evaluate() -> dict:
     from elmo_tf import training
 
     try:
-        trainer = training.restore_trainer(FLAGS.save_dir)
+        return training.restore_trainer(FLAGS.save_dir).evaluate(FLAGS.heldout_prefix)
     except FileNotFoundError as e:
         raise InputError(f"--save_dir={FLAGS.save_dir}: {e}") from None
-    return trainer.evaluate(FLAGS.heldout_prefix)
 
 
 def _train() -> dict:
     from elmo_tf import export_module, training
-    from elmo_tf.export import hub as hub_export
-    from elmo_tf.model import presets
-    from elmo_tf.model.config import BiLMConfig
-    from elmo_tf.text.vocab import Vocabulary
+    from elmo_tf.export.hub import check_export_target
 
     if FLAGS.export_dir:
-        hub_export.check_export_target(FLAGS.export_dir)  # e.g. a folder of other files: refused now, not after training
-
-    if FLAGS.options_file:
-        config = BiLMConfig.from_json_file(FLAGS.options_file)
-    elif FLAGS.init_checkpoint and not FLAGS["preset"].present:
-        source = FLAGS.init_checkpoint
-        config = BiLMConfig.from_json_file(source.split(",")[0] if "," in source else os.path.join(source, "options.json"))
-    else:
-        config = presets.preset(FLAGS.preset)
-    recipe = config.training
-    vocab_file = FLAGS.vocab_file or os.path.join(FLAGS.save_dir, "vocab.txt")
+        check_export_target(FLAGS.export_dir)  # e.g. a folder of other files: refused now, not after training
+    config = training.setup.model_config(FLAGS.options_file, FLAGS.init_checkpoint, FLAGS.preset)
     os.makedirs(FLAGS.save_dir, exist_ok=True)
-    if os.path.exists(vocab_file):
-        vocab = Vocabulary.from_file(vocab_file)
-    else:
-        max_size = FLAGS.vocab_size or recipe.get("n_tokens_vocab")
-        logging.info("Building the vocabulary from %s (max size %s) into %s", FLAGS.train_prefix, max_size, vocab_file)
-        vocab = Vocabulary.build(FLAGS.train_prefix, max_size=max_size, min_count=FLAGS.min_count)
-        vocab.to_file(vocab_file)
-
+    vocab = training.setup.load_or_build_vocab(
+        FLAGS.vocab_file or os.path.join(FLAGS.save_dir, "vocab.txt"), FLAGS.train_prefix,
+        FLAGS.vocab_size or config.training.get("n_tokens_vocab"), FLAGS.min_count)
     default_run = not any(FLAGS[name].present for name in ("max_steps", "n_epochs"))
-    recipe_flags = {"batch_size": FLAGS.batch_size, "unroll_steps": FLAGS.unroll_steps,
-                    "n_negative_samples": FLAGS.n_negative_samples, "dropout": FLAGS.dropout}
+    recipe = {name: FLAGS[name].value for name in ("batch_size", "unroll_steps", "n_negative_samples", "dropout")}
     train_config = training.recipe_config(
-        config,
-        **{name: value for name, value in recipe_flags.items() if value is not None},
-        learning_rate=FLAGS.learning_rate,
-        scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps,
-        seed=FLAGS.seed,
-        max_steps=600 if default_run else FLAGS.max_steps,
-        n_epochs=FLAGS.n_epochs,
-        checkpoint_every=FLAGS.checkpoint_every,
-        eval_every=FLAGS.eval_every,
-    )
+        config, **{name: value for name, value in recipe.items() if value is not None},
+        learning_rate=FLAGS.learning_rate, scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps, seed=FLAGS.seed,
+        max_steps=600 if default_run else FLAGS.max_steps, n_epochs=FLAGS.n_epochs,
+        checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every)
     try:
         strategy = training.make_strategy(FLAGS.num_gpus)
     except ValueError as e:
@@ -197,8 +139,7 @@ def _train() -> dict:
     summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None, init_from=FLAGS.init_checkpoint)
     logging.info("Finished: %s", json.dumps(summary))
     if FLAGS.export_dir and trainer.is_chief():
-        path = export_module(trainer.inference_model(), FLAGS.export_dir)
-        logging.info("Exported the trained model to %s", path)
+        logging.info("Exported the trained model to %s", export_module(trainer.inference_model(), FLAGS.export_dir))
     return summary
 
 

@@ -4,6 +4,7 @@
 `make_strategy`, `restore_trainer`, `restore_bilm`, `checkpoint_prefixes`, `restore_checkpoint`.
 """
 
+from elmo_tf.training import setup
 from elmo_tf.training.checkpoints import checkpoint_prefixes, restore_bilm, restore_checkpoint
 from elmo_tf.training.config import TrainConfig, recipe_config, training_options
 from elmo_tf.training.trainer import Trainer, make_strategy, restore_trainer
@@ -17,5 +18,6 @@ __all__ = [
     "restore_bilm",
     "restore_checkpoint",
     "restore_trainer",
+    "setup",
     "training_options",
 ]

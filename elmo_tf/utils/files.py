@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 
 @contextlib.contextmanager
@@ -121,3 +121,15 @@ def write_folder_atomically(target: str, write: Callable[[str, str], None]) -> s
         if backup is not None:
             shutil.rmtree(backup, ignore_errors=True)
     return target
+
+
+def writable_folder_problem(path: str) -> Optional[str]:
+    """Why files cannot be created in folder `path` (made if missing), or None if they can."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing!r} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"the folder {existing!r} is not writable"
+    return None
