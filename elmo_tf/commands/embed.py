@@ -74,7 +74,9 @@ def main(argv):
         raise usage_error(f"--chunk_lines must be >= 1; got {FLAGS.chunk_lines}.")
 
     from elmo_tf.model.config import ConfigError
-    from elmo_tf.embedding.embedder import EmbedError, Embedder, check_file_paths
+    from elmo_tf.embedding.embed_file import check_file_paths
+    from elmo_tf.embedding.embedder import Embedder
+    from elmo_tf.errors import EmbedError
     from elmo_tf.model.weights_io import WeightFileError
 
     try:
