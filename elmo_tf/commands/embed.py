@@ -70,7 +70,9 @@ def main(argv):
     mix_weights = mix_weights_from_flags()
 
     from elmo_tf.model.config import ConfigError
-    from elmo_tf.embedding.embedder import EmbedError, Embedder, check_file_paths
+    from elmo_tf.embedding.embed_file import check_file_paths
+    from elmo_tf.embedding.embedder import Embedder
+    from elmo_tf.errors import EmbedError
     from elmo_tf.model.weights_io import WeightFileError
 
     try:

@@ -91,7 +91,7 @@ def check_run(settings, beam_args: list[str]) -> list[str]:
     from elmo_tf.model.config import BiLMConfig, ConfigError
     from elmo_tf.embedding.pipeline import input_files
     from elmo_tf.embedding.records import check_prefix_settings
-    from elmo_tf.embedding.embedder import EmbedError
+    from elmo_tf.errors import EmbedError
 
     options = PipelineOptions(beam_args)
     unknown = set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options())

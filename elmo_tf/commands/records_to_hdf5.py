@@ -35,7 +35,7 @@ def main(argv):
             raise usage_error(f"--{name} is required.")
 
     from elmo_tf.embedding.records import records_to_hdf5
-    from elmo_tf.embedding.embedder import EmbedError
+    from elmo_tf.errors import EmbedError
 
     try:
         lines = records_to_hdf5(

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import time
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -33,7 +31,9 @@ import tensorflow as tf
 from elmo_tf.text import char_ids
 from elmo_tf.downstream.finetune import FineTuneConfig, FineTuner, bilm_variable_groups
 from elmo_tf.errors import ClassifierError
+from elmo_tf.utils.batching import length_batches
 from elmo_tf.utils.files import atomic_write_json, write_folder_atomically
+from elmo_tf.utils.progress import Progress
 
 FORMAT = "elmo_tf-classifier/1"
 CONFIG_NAME = "classifier.json"
@@ -96,42 +96,6 @@ def truncate(texts: Sequence[str], tokenizer: str, max_tokens: int) -> tuple[lis
     tokens = char_ids.split_text(tf.constant(list(texts), tf.string), tokenizer)[:, :max_tokens]  # [N, (n)]
     joined = tf.strings.reduce_join(tokens, axis=1, separator=" ").numpy()
     return [t.decode("utf-8") for t in joined], tokens.row_lengths().numpy()
-
-
-def length_batches(lengths: np.ndarray, batch_size: int, rng: Optional[np.random.RandomState] = None) -> list[np.ndarray]:
-    """Indices in batches of similar lengths (little padding). With `rng`: jittered lengths, shuffled batch order."""
-    keys = np.asarray(lengths, np.float64)
-    if rng is not None:
-        keys = keys + rng.uniform(0, 3, size=len(keys))
-    order = np.argsort(keys, kind="stable")
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    if rng is not None:
-        rng.shuffle(batches)
-    return batches
-
-
-class Progress:
-    """One self-updating line on stderr: done/total, rate, ETA."""
-
-    def __init__(self, total: int, label: str, unit: str = "sent"):
-        self.total, self.label, self.unit = total, label, unit
-        self.start = time.time()
-        self.done = 0
-        self._last = 0.0
-
-    def update(self, n: int, extra: str = "") -> None:
-        self.done += n
-        now = time.time()
-        if now - self._last < 0.5 and self.done < self.total:
-            return
-        self._last = now
-        rate = self.done / max(now - self.start, 1e-9)
-        eta = (self.total - self.done) / rate if rate > 0 else 0
-        end = "\n" if self.done >= self.total else ""
-        sys.stderr.write(
-            f"\r  {self.label}: {self.done}/{self.total} {self.unit} ({rate:.0f}/s, ETA {eta:.0f}s){extra}   {end}"
-        )
-        sys.stderr.flush()
 
 
 # -- encoders -------------------------------------------------------------------------------------
@@ -312,13 +276,13 @@ class Classifier:
         """Pooled per-layer features [N, K, D] of (already prepared) texts, computed in length-sorted batches."""
         lengths = np.array([len(t) for t in texts])
         out = None
-        progress = Progress(len(texts), label)
-        for idx in length_batches(lengths, batch_size):
-            feats = self._encode_fn(tf.constant([texts[i] for i in idx])).numpy()
-            if out is None:
-                out = np.zeros((len(texts),) + feats.shape[1:], np.float32)
-            out[idx] = feats
-            progress.update(len(idx))
+        with Progress(len(texts), label=label) as progress:
+            for idx in length_batches(lengths, batch_size):
+                feats = self._encode_fn(tf.constant([texts[i] for i in idx])).numpy()
+                if out is None:
+                    out = np.zeros((len(texts),) + feats.shape[1:], np.float32)
+                out[idx] = feats
+                progress.update(progress.done + len(idx))
         return out
 
     def predict(self, texts: Sequence[str], batch_size: int = 64, label: str = "predicting") -> np.ndarray:
@@ -380,11 +344,11 @@ class Classifier:
         lengths = np.array([len(t) for t in texts])
         history = []
         for epoch in range(epochs):
-            progress = Progress(len(y), f"fine-tuning epoch {epoch + 1}/{epochs}")
             losses = []
-            for idx in length_batches(lengths, batch_size, rng):
-                losses.append(tuner.step(tf.constant([texts[i] for i in idx]), tf.constant(y[idx])))
-                progress.update(len(idx), f" loss {np.mean(losses):.3f}")
+            with Progress(len(y), label=f"fine-tuning epoch {epoch + 1}/{epochs}") as progress:
+                for idx in length_batches(lengths, batch_size, rng=rng):
+                    losses.append(tuner.step(tf.constant([texts[i] for i in idx]), tf.constant(y[idx])))
+                    progress.update(progress.done + len(idx), loss=float(np.mean(losses)))
             history.append(float(np.mean(losses)))
         return history
 

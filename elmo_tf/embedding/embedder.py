@@ -1,16 +1,12 @@
-"""Embeds sentences with a trained biLM: token lists, raw texts, or a whole text file -> HDF5.
+"""Embeds sentences with a trained biLM: token lists or raw texts -> per-token arrays (and whole files, with
+`embed_file.py`).
 
 `Embedder` wraps either an exported module (`export.py`, loaded with `tf.saved_model.load`, run through
 its `tokens` signature) or the original `options.json` + `weights.hdf5` (a Keras `BiLM`). Sentences are
 sorted by length, cut into batches and put back in order, so padding stays small; every sentence is
 embedded from a zero LSTM state, so its arrays do not depend on its batch-mates.
 
-`Embedder.embed_file` writes the layout of AllenNLP's `elmo` command: one dataset per line, named by
-the line index (`"0"`, `"1"`, ...), and a dataset `sentence_to_index` holding one JSON string that maps
-each stripped line to its index (as a string). It streams the input in chunks, so memory stays flat.
-Work goes to `OUTPUT.partial`, one all-or-nothing chunk at a time (an undo journal, `_JournaledFile`,
-undoes a chunk whose writing was cut short, even by SIGKILL in the middle of an HDF5 save); a rerun with
-the same settings continues after the last complete chunk, and the file becomes `OUTPUT` when complete.
+`Embedder.embed_file` writes the layout of AllenNLP's `elmo` command (`hdf5_file.py`), resumably.
 
 Shape legend: B sentences in a batch, T tokens of its longest sentence, n tokens of one sentence,
 L biLSTM layers, P projection dim (each layer is 2P wide: forward and backward).
@@ -18,96 +14,24 @@ L biLSTM layers, P projection dim (each layer is 2P wide: forward and backward).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import hashlib
-import io
-import json
 import math
 import os
-import signal
-import struct
-import sys
-import threading
-import time
 from typing import Callable, Iterator, Optional, Sequence, Union
 
-import h5py
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
-from elmo_tf.text import char_ids
+from elmo_tf.embedding import embed_file as file_job
+from elmo_tf.embedding.embed_file import EmbedFileResult
+from elmo_tf.errors import EmbedError, load_saved_model
+from elmo_tf.layers.scalar_mix import ScalarMix
 from elmo_tf.model.bilm import PRECISIONS, with_precision
 from elmo_tf.model.config import BiLMConfig
+from elmo_tf.text import char_ids
 from elmo_tf.text.tokens import max_tokens
-from elmo_tf.errors import EmbedError, is_disk_full, load_saved_model, write_error_message
-from elmo_tf.layers.scalar_mix import ScalarMix
-from elmo_tf.utils.files import atomic_write
+from elmo_tf.utils.batching import length_batches
 
 LAYER_MODES = ("all", "top", "average", "mix")
-DTYPES = ("float32", "float16")
-PARTIAL_SUFFIX = ".partial"
-JOURNAL_SUFFIX = ".journal"  # beside the partial file while a chunk is being written
-# Root attributes of the output file: the settings that produced it (compared when resuming), the number
-# of input lines saved so far and the SHA-256 of their bytes (to notice an input edited between runs).
-SETTINGS_ATTR = "elmo_tf_embed_settings"
-COMPLETED_ATTR = "completed_lines"
-INPUT_HASH_ATTR = "completed_input_sha256"
-SENTENCE_TO_INDEX = "sentence_to_index"
-_SCAN_BLOCK_BYTES = 1 << 20
-
-
-@dataclasses.dataclass(frozen=True)
-class EmbedFileResult:
-    """What `Embedder.embed_file` did.
-
-    Attributes:
-      output_file: absolute path of the finished HDF5 file.
-      num_lines: lines (= datasets) in the file.
-      resumed_lines: lines already saved by an interrupted earlier run (not computed again).
-      embedded_lines: lines embedded by this call (num_lines - resumed_lines).
-      embedded_tokens: tokens embedded by this call.
-      seconds: wall time of this call.
-    """
-
-    output_file: str
-    num_lines: int
-    resumed_lines: int
-    embedded_lines: int
-    embedded_tokens: int
-    seconds: float
-
-
-def check_file_paths(input_file: str, output_file: str, *, overwrite: bool = False) -> None:
-    """Cheap checks of `embed_file`'s paths, run before loading a model so that mistakes fail fast.
-
-    Raises:
-      EmbedError: the input is missing or not a file; the output folder is missing or not writable;
-        the output exists and `overwrite` is False; input and output are the same file.
-    """
-    if not os.path.exists(input_file):
-        raise EmbedError(f"Input file {input_file!r} does not exist.")
-    if not os.path.isfile(input_file):
-        raise EmbedError(f"Input file {input_file!r} is not a regular file.")
-    if not os.access(input_file, os.R_OK):
-        raise EmbedError(f"Input file {input_file!r} is not readable.")
-    output_file = os.path.abspath(output_file)
-    parent = os.path.dirname(output_file)
-    if not os.path.isdir(parent):
-        raise EmbedError(f"The folder of the output file {output_file!r} does not exist: {parent!r}.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise EmbedError(f"The folder of the output file {output_file!r} is not writable: {parent!r}.")
-    if os.path.isdir(output_file):
-        raise EmbedError(f"Output file {output_file!r} is a directory; give a file name such as out.hdf5.")
-    if os.path.exists(output_file):
-        if os.path.samefile(input_file, output_file):
-            raise EmbedError(f"Input and output are the same file ({output_file!r}); choose another output file.")
-        if not overwrite:
-            raise EmbedError(
-                f"Output file {output_file!r} already exists; pass --overwrite (overwrite=True) to replace it, "
-                "or choose another output file."
-            )
 
 
 class Embedder:
@@ -280,6 +204,11 @@ class Embedder:
         self._run_tokens = run_tokens
         self._run_texts = None
 
+    @property
+    def has_module_tokenizer(self) -> bool:
+        """Whether raw texts can be split by the model's in-graph tokenizer (a module's `default` signature)."""
+        return self._run_texts is not None
+
     def _combine(self, layers: list) -> tf.Tensor:
         """L + 1 x `[B, T, 2P]` -> `[B, L + 1, T, 2P]` ("all") or `[B, T, 2P]` (the other modes)."""
         if self.layers == "all":
@@ -321,7 +250,7 @@ class Embedder:
         texts = _check_texts(texts)
         if not use_module_tokenizer:
             return self.embed_sentences([t.split() for t in texts])
-        if self._run_texts is None:
+        if not self.has_module_tokenizer:
             raise EmbedError("`use_module_tokenizer=True` needs an exported module; this Embedder has original files.")
         results: list[Optional[np.ndarray]] = [None] * len(texts)
         for batch in self._embed_raw_texts(texts):
@@ -345,7 +274,7 @@ class Embedder:
         texts = _check_texts(texts)
         if not use_module_tokenizer:
             return self._embed_token_lists([t.split() for t in texts])
-        if self._run_texts is None:
+        if not self.has_module_tokenizer:
             raise EmbedError("`use_module_tokenizer=True` needs an exported module; this Embedder has original files.")
         return self._embed_raw_texts(texts)
 
@@ -382,89 +311,10 @@ class Embedder:
           EmbedError: bad paths or arguments, invalid UTF-8 (with the line number), an existing output without
             `overwrite`, or an interrupted run whose settings or input differ from this one.
         """
-        start_time = time.time()
-        if dtype not in DTYPES:
-            raise EmbedError(f"`dtype` must be one of {list(DTYPES)}; received {dtype!r}.")
-        if isinstance(chunk_lines, bool) or not isinstance(chunk_lines, int) or chunk_lines < 1:
-            raise EmbedError(f"`chunk_lines` must be an integer >= 1; received {chunk_lines!r}.")
-        input_file, output_file = os.fspath(input_file), os.path.abspath(os.fspath(output_file))
-        check_file_paths(input_file, output_file, overwrite=overwrite)
-        num_lines = count_lines(input_file)  # also rejects invalid UTF-8 before any work
-        use_module_tokenizer = not tokenized and self._run_texts is not None
-        settings = {
-            "model": self.model_description,
-            "layers": self.layers,
-            "mix_weights": self.mix_weights,
-            "gamma": self.gamma if self.layers == "mix" else None,
-            "dtype": dtype,
-            "tokenizer": "module" if use_module_tokenizer else "whitespace",
-        }
-        partial = output_file + PARTIAL_SUFFIX
-        try:
-            resumed = _open_partial(partial, settings, input_file)
-            if resumed:
-                logging.info("Resuming %s: lines 1-%d of %d were saved by an interrupted run.", partial, resumed, num_lines)
-            bar = _ProgressBar(num_lines, resumed) if progress else None
-            with _Interrupts() as interrupts:
-                written, tokens = self._write_chunks(
-                    input_file, partial, resumed, num_lines, use_module_tokenizer, np.dtype(dtype), chunk_lines, bar,
-                    on_batch, interrupts,
-                )
-                with _open_for_chunk(partial) as out:
-                    if SENTENCE_TO_INDEX in out:  # left by a run killed while finishing
-                        del out[SENTENCE_TO_INDEX]
-                    index = _sentence_to_index(input_file)
-                    out.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())[0] = index
-                    _check_complete(out, written, partial)
-                os.replace(partial, output_file)
-        except OSError as e:
-            if not is_disk_full(e):
-                raise
-            raise EmbedError(
-                f"{write_error_message(e, repr(partial))}. The chunks saved so far are kept; rerun the same command to "
-                "resume after the last complete one."
-            ) from None
-        if bar is not None:
-            bar.close(written, tokens)
-        return EmbedFileResult(
-            output_file=output_file,
-            num_lines=written,
-            resumed_lines=resumed,
-            embedded_lines=written - resumed,
-            embedded_tokens=tokens,
-            seconds=time.time() - start_time,
+        return file_job.embed_file(
+            self, input_file, output_file, tokenized=tokenized, dtype=dtype, overwrite=overwrite,
+            chunk_lines=chunk_lines, progress=progress, on_batch=on_batch,
         )
-
-    def _write_chunks(self, input_file, partial, resumed, num_lines, use_module_tokenizer, dtype, chunk_lines, bar,
-                      on_batch, interrupts) -> tuple[int, int]:
-        """Embeds the lines after the first `resumed` into `partial`, one all-or-nothing chunk at a time.
-
-        Returns:
-          (lines in the file, tokens embedded by this call).
-        """
-        written, tokens = resumed, 0
-        with open(input_file, "rb") as f:
-            hasher = _skip_lines(f, resumed, partial, input_file)
-            while raw_lines := _read_lines(f, chunk_lines):
-                first = written
-                texts = _decode_lines(raw_lines, first, input_file)
-                batches = self.embed_batches(texts, use_module_tokenizer=use_module_tokenizer)
-                with _open_for_chunk(partial) as out:
-                    for batch in batches:
-                        for index, array in batch:
-                            out.create_dataset(str(first + index), data=array.astype(dtype, copy=False))
-                            tokens += array.shape[-2]  # n
-                        written += len(batch)
-                        if bar is not None:
-                            bar.update(written, tokens)
-                        if on_batch is not None:
-                            on_batch(written, num_lines)
-                        interrupts.check()
-                    for raw in raw_lines:
-                        hasher.update(raw)
-                    out.attrs[COMPLETED_ATTR] = written  # committed with the chunk's datasets
-                    out.attrs[INPUT_HASH_ATTR] = hasher.hexdigest()
-        return written, tokens
 
     # ------------------------------------------------------------------------------------------------
     # Length-sorted batching
@@ -475,44 +325,28 @@ class Embedder:
         Sorting by length keeps padding small; empty sentences need no model call.
         """
         lengths = np.array([len(s) for s in sentences], dtype=np.int64)
-        if self.sort_by_length:
-            order = np.argsort(lengths, kind="stable")
-        else:  # input order, empty sentences first (they need no model call)
-            order = np.concatenate([np.flatnonzero(lengths == 0), np.flatnonzero(lengths > 0)])
-        num_empty = int(np.sum(lengths == 0))
+        empty, nonempty = np.flatnonzero(lengths == 0), np.flatnonzero(lengths > 0)
         empty_shape = (self.num_layers, 0, self.dim) if self.layers == "all" else (0, self.dim)
-        for begin in range(0, num_empty, self.batch_size):
-            rows = order[begin : min(begin + self.batch_size, num_empty)]
-            yield [(int(i), np.zeros(empty_shape, np.float32)) for i in rows]
-        for rows in self._groups(order[num_empty:], lengths):
+        for rows in length_batches(lengths[empty], self.batch_size):
+            yield [(int(i), np.zeros(empty_shape, np.float32)) for i in empty[rows]]
+        for rows in self._batches(lengths[nonempty]):
+            rows = nonempty[rows]
             width = int(lengths[rows].max())  # T
             tokens = [sentences[i] + [""] * (width - len(sentences[i])) for i in rows]  # [B, T]
             out = self._run_tokens(tf.constant(tokens, tf.string), tf.constant(lengths[rows], tf.int32)).numpy()
             yield [(int(i), _row(out, b, int(lengths[i]), self.layers)) for b, i in enumerate(rows)]
 
-    def _groups(self, order: np.ndarray, lengths: np.ndarray) -> Iterator[np.ndarray]:
-        """Consecutive runs of `order`: at most `batch_size` rows and `max_batch_tokens` padded slots each."""
-        begin = 0
-        while begin < len(order):
-            end, width = begin, 0
-            while end < len(order) and end - begin < self.batch_size:
-                width = max(width, int(lengths[order[end]]))
-                if end > begin and (end - begin + 1) * width > self.max_batch_tokens:
-                    break
-                end += 1
-            yield order[begin:end]
-            begin = end
+    def _batches(self, lengths: np.ndarray) -> list[np.ndarray]:
+        """At most `batch_size` rows and `max_batch_tokens` padded slots each, by length unless `sort_by_length` is off."""
+        return length_batches(lengths, self.batch_size, self.max_batch_tokens, sort=self.sort_by_length)
 
     def _embed_raw_texts(self, texts: list[str]) -> Iterator[list[tuple[int, np.ndarray]]]:
         """Like `_embed_token_lists` through the module's `default` signature (its in-graph tokenizer).
 
-        Token counts are known only after the call, so batches are formed by character length.
+        Token counts are known only after the call, so batches are formed by an upper bound of them (`max_tokens`).
         """
         estimates = np.array([max_tokens(t) for t in texts], dtype=np.int64)
-        order = np.arange(len(texts))
-        if self.sort_by_length:
-            order = np.argsort(estimates, kind="stable")
-        for rows in self._groups(order, estimates):
+        for rows in self._batches(estimates):
             out, lengths = self._run_texts(tf.constant([texts[i] for i in rows], tf.string))
             out, lengths = out.numpy(), lengths.numpy()  # [B, ...], [B]
             yield [(int(i), _row(out, b, int(lengths[b]), self.layers)) for b, i in enumerate(rows)]
@@ -558,369 +392,3 @@ def _check_texts(texts) -> list[str]:
         if not isinstance(text, str):
             raise TypeError(f"`texts[{i}]` must be a str; received {type(text).__name__} {text!r:.60}.")
     return list(texts)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Input file: lines end with "\n" (a "\r" before it is whitespace and is dropped by the split).
-
-
-def count_lines(path: str) -> int:
-    """Number of lines of a UTF-8 text file, read in blocks (flat memory).
-
-    Raises:
-      EmbedError: naming the first line (1-based) that is not valid UTF-8.
-    """
-    lines, tail = 0, b""
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(_SCAN_BLOCK_BYTES)
-            if not block:
-                break
-            block = tail + block
-            cut = block.rfind(b"\n") + 1  # decode whole lines only
-            complete, tail = block[:cut], block[cut:]
-            _check_utf8(complete, lines, path)
-            lines += complete.count(b"\n")
-    if tail:
-        _check_utf8(tail, lines, path)
-        lines += 1
-    return lines
-
-
-def _check_utf8(data: bytes, lines_before: int, path: str) -> None:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line_start = data.rfind(b"\n", 0, e.start) + 1
-        line = lines_before + data.count(b"\n", 0, e.start) + 1
-        raise EmbedError(
-            f"{path}: line {line} is not valid UTF-8 (byte {data[e.start]:#04x} at byte {e.start - line_start + 1} "
-            "of the line). Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or remove the line."
-        ) from None
-
-
-def _read_lines(f, n: int) -> list[bytes]:
-    lines = []
-    for raw in f:
-        lines.append(raw)
-        if len(lines) == n:
-            break
-    return lines
-
-
-def _decode_lines(raw_lines: list[bytes], first: int, path: str) -> list[str]:
-    texts = []
-    for k, raw in enumerate(raw_lines):
-        try:
-            texts.append(raw.decode("utf-8").rstrip("\n"))
-        except UnicodeDecodeError:  # the file changed after count_lines checked it
-            _check_utf8(raw, first + k, path)
-    return texts
-
-
-def _skip_lines(f, n: int, partial: str, input_file: str):
-    """Reads past the n lines an earlier run saved, checking they are the lines it saw; returns the hash."""
-    hasher = hashlib.sha256()
-    if n == 0:
-        return hasher
-    seen = 0
-    for raw in f:
-        hasher.update(raw)
-        seen += 1
-        if seen == n:
-            break
-    with h5py.File(partial, "r") as out:
-        expected = out.attrs.get(INPUT_HASH_ATTR)
-    if seen < n or hasher.hexdigest() != expected:
-        raise EmbedError(
-            f"The first {n} lines of {input_file!r} differ from the ones the interrupted run saved in {partial!r} "
-            f"(the input changed). Delete {partial!r} to start over."
-        )
-    return hasher
-
-
-def _sentence_to_index(path: str) -> str:
-    """AllenNLP's `sentence_to_index`: JSON {stripped line: str(index)} (a repeated line keeps its last index)."""
-    index = {}
-    with open(path, "rb") as f:
-        for i, raw in enumerate(f):
-            index[raw.decode("utf-8").strip()] = str(i)
-    return json.dumps(index)
-
-
-# ----------------------------------------------------------------------------------------------------
-# The partial output file
-
-
-def _check_complete(out: h5py.File, num_lines: int, partial: str) -> None:
-    """Every line has its dataset, and nothing else is there, before the file gets its final name."""
-    # Names in a group are unique, so counting the valid ones suffices (and keeps memory flat).
-    valid = sum(1 for name in out if name.isdigit() and int(name) < num_lines and name == str(int(name)))
-    others = len(out) - valid - (SENTENCE_TO_INDEX in out)
-    if valid != num_lines or others:
-        raise EmbedError(
-            f"{partial!r} should hold one dataset per line ('0'..'{num_lines - 1}') but holds {valid} of them and "
-            f"{others} other objects; it was changed by something else. Delete it to start over."
-        )
-
-
-def _open_partial(partial: str, settings: dict, input_file: str) -> int:
-    """Creates `partial`, or checks an interrupted run's one against `settings`. Returns its saved lines."""
-    encoded = json.dumps(settings, sort_keys=True)
-    if os.path.exists(partial):
-        _JournaledFile.roll_back(partial)  # a chunk the killed run left unfinished
-    else:
-        # Written whole, then renamed: a partial file always exists complete with its settings. The HDF5 image is
-        # made in memory and written with plain file writes (HDF5's own driver can crash when a write fails).
-        image = io.BytesIO()
-        with h5py.File(image, "w") as out:
-            out.attrs[SETTINGS_ATTR] = encoded
-            out.attrs[COMPLETED_ATTR] = 0
-            out.attrs[INPUT_HASH_ATTR] = hashlib.sha256().hexdigest()
-            out.attrs["input_file"] = os.path.abspath(input_file)
-        atomic_write(partial, image.getbuffer())
-        return 0
-    try:
-        with h5py.File(partial, "r") as out:
-            stored = out.attrs.get(SETTINGS_ATTR)
-            completed = out.attrs.get(COMPLETED_ATTR)
-            if completed:  # the last saved line must be readable
-                out[str(int(completed) - 1)].shape
-    except (OSError, KeyError) as e:
-        raise EmbedError(
-            f"Cannot resume from {partial!r}: it is not a readable HDF5 file of embed's ({e}). Delete it to start over."
-        ) from None
-    if stored is None or completed is None:
-        raise EmbedError(f"{partial!r} was not written by elmo_tf's embed; delete or move it to start over.")
-    stored = json.loads(stored)
-    diffs = [f"{k}: {stored.get(k)!r} then, {v!r} now" for k, v in settings.items() if stored.get(k) != v]
-    if diffs:
-        raise EmbedError(
-            f"{partial!r} holds an interrupted run with other settings ({'; '.join(diffs)}). Rerun with the same "
-            "settings to resume it, or delete it to start over."
-        )
-    return int(completed)
-
-
-class _Interrupts:
-    """Ctrl-C and SIGTERM stop `embed_file` at the next batch boundary (with KeyboardInterrupt).
-
-    A second signal interrupts at once; that is safe too (the chunk is rolled back), only slower to resume.
-    """
-
-    def __init__(self):
-        self.received = None
-
-    def __enter__(self):
-        self.previous = {}
-        if threading.current_thread() is threading.main_thread():  # handlers can be set in the main thread only
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-        return False
-
-    def _handle(self, signum, frame):
-        if self.received is not None:
-            raise KeyboardInterrupt(f"signal {signum}")
-        self.received = signum
-
-    def check(self) -> None:
-        if self.received is not None:
-            raise KeyboardInterrupt(f"signal {self.received}")
-
-
-@contextlib.contextmanager
-def _open_for_chunk(partial: str) -> Iterator[h5py.File]:
-    """Opens the partial file for one chunk's writes: all of them are kept, or none.
-
-    HDF5 updates its structures (group index, object headers, superblock) in place, so a kill while it
-    writes them, or between two of its writes, can leave a file it cannot read. The file is therefore
-    opened through `_JournaledFile`: if the block ends with an exception or the process dies at any
-    point, the file returns to the state of the last completed chunk.
-    """
-    raw = _JournaledFile(partial)  # first rolls back a chunk a killed run left unfinished
-    try:
-        out = h5py.File(raw, "r+")
-    except BaseException:
-        raw.close()
-        raise
-    try:
-        yield out
-    except BaseException:
-        try:
-            out.close()
-        finally:
-            raw.close()
-            _JournaledFile.roll_back(partial)
-        raise
-    else:
-        out.close()  # HDF5 writes everything here
-        raw.commit()
-
-
-class _JournaledFile(io.RawIOBase):
-    """A file for h5py's file-object driver that can always be rolled back to its last commit (an undo log).
-
-    Before bytes that existed at the last commit are overwritten or cut, their old content is appended to
-    `PATH.journal` as (offset, length, bytes); `commit()` deletes the journal. `roll_back(PATH)` (run by the
-    constructor) writes the old bytes back, newest entry first so that the oldest content wins, and cuts the
-    file to its committed size; it is idempotent, so a kill during a roll-back is harmless. A kill while an
-    entry is being appended leaves a short last entry, which is ignored: its overwrite had not started.
-    Only kills are covered, not power loss (nothing is fsync'ed).
-    """
-
-    _HEADER = struct.Struct("<8sQ")  # magic, committed size
-    _ENTRY = struct.Struct("<QQ")  # offset, length
-    _MAGIC = b"ELMOJRN1"
-
-    def __init__(self, path: str):
-        super().__init__()
-        self.roll_back(path)
-        self._file = open(path, "r+b", buffering=0)
-        self._committed_size = os.fstat(self._file.fileno()).st_size
-        self._journal_path = path + JOURNAL_SUFFIX
-        self._journal = open(self._journal_path, "wb", buffering=0)
-        _write_all(self._journal, self._HEADER.pack(self._MAGIC, self._committed_size))
-        self._saved = set()  # (begin, end) ranges journaled already
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        return self._file.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._file.tell()
-
-    def readinto(self, buffer) -> int:
-        return self._file.readinto(buffer)
-
-    def write(self, data) -> int:
-        data = memoryview(data).cast("B")
-        position = self._file.tell()
-        self._save(position, min(position + len(data), self._committed_size))
-        _write_all(self._file, data)
-        return len(data)
-
-    def truncate(self, size: Optional[int] = None) -> int:
-        size = self._file.tell() if size is None else size
-        self._save(size, self._committed_size)
-        return self._file.truncate(size)
-
-    def flush(self) -> None:  # unbuffered: every write is already with the OS, which is what a kill needs
-        pass
-
-    def _save(self, begin: int, end: int) -> None:
-        if begin >= end or (begin, end) in self._saved:
-            return
-        position = self._file.tell()
-        self._file.seek(begin)
-        old = self._file.read(end - begin)  # shorter if the file was cut below `end` earlier (already saved)
-        self._file.seek(position)
-        _write_all(self._journal, self._ENTRY.pack(begin, len(old)) + old)
-        self._saved.add((begin, end))
-
-    def commit(self) -> None:
-        """The file is complete as it is: forget the journal."""
-        self.close()
-        os.remove(self._journal_path)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._file.close()
-            self._journal.close()
-        super().close()
-
-    @classmethod
-    def roll_back(cls, path: str) -> bool:
-        """Restores `path` to its last commit if a journal is left; returns whether it was."""
-        journal_path = path + JOURNAL_SUFFIX
-        if not os.path.exists(journal_path):
-            return False
-        with open(journal_path, "rb") as journal:
-            header = journal.read(cls._HEADER.size)
-            if len(header) == cls._HEADER.size:  # else killed before the first write: nothing to undo
-                magic, committed_size = cls._HEADER.unpack(header)
-                if magic != cls._MAGIC:
-                    raise EmbedError(f"{journal_path!r} is not an elmo_tf journal; move it away to continue.")
-                entries = []  # (offset, length, position of the bytes in the journal)
-                while len(entry := journal.read(cls._ENTRY.size)) == cls._ENTRY.size:
-                    offset, length = cls._ENTRY.unpack(entry)
-                    position = journal.tell()
-                    if journal.seek(length, os.SEEK_CUR) > os.fstat(journal.fileno()).st_size:
-                        break  # cut short by a kill: its overwrite never started
-                    entries.append((offset, length, position))
-                with open(path, "r+b", buffering=0) as f:
-                    for offset, length, position in reversed(entries):
-                        journal.seek(position)
-                        f.seek(offset)
-                        _write_all(f, journal.read(length))
-                    f.truncate(committed_size)
-        os.remove(journal_path)
-        logging.info("Rolled %s back to its last saved chunk (the previous run stopped while writing).", path)
-        return True
-
-
-def _write_all(f, data) -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        view = view[f.write(view) :]
-
-
-# ----------------------------------------------------------------------------------------------------
-# Progress
-
-
-class _ProgressBar:
-    """`lines/total [=====>    ] 41% | 850 sent/s | 21.0k tok/s | ETA 0:00:12` on stderr.
-
-    Redrawn in place at most 5 times a second on a terminal; on a pipe or log file, one line every 10 s.
-    """
-
-    def __init__(self, total: int, done: int, stream=None):
-        self.total, self.start_done = total, done
-        self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.start = self.last = time.time()
-        self.interval = 0.2 if self.tty else 10.0
-
-    def update(self, done: int, tokens: int, force: bool = False) -> None:
-        now = time.time()
-        if not force and now - self.last < self.interval:
-            return
-        self.last = now
-        elapsed = max(now - self.start, 1e-9)
-        rate = (done - self.start_done) / elapsed
-        eta = (self.total - done) / rate if rate > 0 else float("inf")
-        frac = done / self.total if self.total else 1.0
-        filled = int(25 * frac)
-        bar = "=" * filled + (">" if filled < 25 else "") + " " * (24 - filled)
-        eta_text = "%d:%02d:%02d" % (eta // 3600, eta % 3600 // 60, eta % 60) if math.isfinite(eta) else "?"
-        text = (
-            f"{done}/{self.total} [{bar}] {100 * frac:3.0f}% | {rate:,.1f} sent/s | "
-            f"{_si(tokens / elapsed)} tok/s | ETA {eta_text}"
-        )
-        self._write(f"\r{text}" if self.tty else f"{text}\n")
-
-    def close(self, done: int, tokens: int) -> None:
-        self.update(done, tokens, force=True)
-        if self.tty:
-            self._write("\n")
-
-    def _write(self, text: str) -> None:
-        self.stream.write(text)
-        self.stream.flush()
-
-
-def _si(x: float) -> str:
-    return f"{x / 1000:,.1f}k" if x >= 1000 else f"{x:,.1f}"

@@ -213,7 +213,7 @@ def _module_tokenizer(embedder) -> str:
     import tensorflow as tf
 
     from elmo_tf.text import char_ids
-    from elmo_tf.embedding.embedder import EmbedError
+    from elmo_tf.errors import EmbedError
 
     probe = "\u4e00\u4e8c ab"  # 2 CJK ideographs and a word: 2 whitespace tokens, 3 cjk_chars tokens
     n = embedder.embed_texts([probe], use_module_tokenizer=True)[0].shape[-2]
@@ -381,7 +381,7 @@ def input_files(pattern: str) -> list[str]:
     """
     from apache_beam.io.filesystem import BeamIOError
 
-    from elmo_tf.embedding.embedder import EmbedError
+    from elmo_tf.errors import EmbedError
 
     try:
         matched = FileSystems.match([pattern])[0].metadata_list

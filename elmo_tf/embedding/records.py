@@ -35,7 +35,8 @@ import h5py
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.embedding.embedder import SENTENCE_TO_INDEX, EmbedError
+from elmo_tf.embedding.hdf5_file import write_line, write_sentence_to_index
+from elmo_tf.errors import EmbedError
 from elmo_tf.utils.files import atomic_path
 
 MANIFEST_SUFFIX = "-manifest.json"
@@ -204,7 +205,7 @@ def records_to_hdf5(prefix: str, output_file: str, *, overwrite: bool = False, a
                         )
                     last, count = record.line, count + 1
                     position = offsets[record.file] + record.line
-                    out.create_dataset(str(position), data=record.embeddings)
+                    write_line(out, position, record.embeddings)
                     index[record.text.strip()] = str(position)
                 if count != shard["records"]:
                     raise EmbedError(
@@ -217,7 +218,7 @@ def records_to_hdf5(prefix: str, output_file: str, *, overwrite: bool = False, a
                     f"input had {total}; the run at {prefix!r} is inconsistent."
                 )
             # Built in corpus order like embed's (the insertion order decides the JSON text).
-            out.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())[0] = json.dumps(index)
+            write_sentence_to_index(out, json.dumps(index))
     return written
 
 

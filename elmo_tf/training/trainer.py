@@ -42,6 +42,7 @@ from elmo_tf.training import data
 from elmo_tf.training.checkpoints import checkpoint_prefixes, restore_bilm, restore_checkpoint
 from elmo_tf.training.config import TrainConfig, training_options
 from elmo_tf.utils.files import atomic_write_json
+from elmo_tf.utils.progress import Progress
 
 
 def make_strategy(num_gpus: Optional[int] = None) -> tf.distribute.Strategy:
@@ -341,13 +342,11 @@ class Trainer:
         writer = tf.summary.create_file_writer(os.path.join(self.save_dir, "tensorboard")) if chief else None
 
         previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        progbar = keras.utils.Progbar(
-            tc.max_steps, stateful_metrics=["loss", "ppl", "ppl_fw", "ppl_bw", "tok/s"], unit_name="step"
-        )
         tokens_per_step = self.global_batch * tc.unroll_steps
         metrics: dict[str, float] = {}
         last_saved = int(self.step.numpy())
         start_step, start_time = last_saved, time.time()
+        progress = Progress(tc.max_steps, label="training", unit="step", done=start_step)
         try:
             while tc.max_steps is None or int(self.step.numpy()) < tc.max_steps:
                 try:
@@ -363,10 +362,8 @@ class Trainer:
                         f"{ckpt_dir!r} is kept (step {last_saved}). Lower --learning_rate or check the data."
                     )
                 rate = (step - start_step) * tokens_per_step / max(time.time() - start_time, 1e-9)
-                progbar.update(
-                    step,
-                    [("loss", loss), ("ppl", math.exp(min(loss, 50))), ("tok/s", rate)],
-                )
+                progress.update(step, tokens=(step - start_step) * tokens_per_step, loss=loss,
+                                ppl=math.exp(min(loss, 50)))
                 if writer is not None and step % tc.log_every == 0:
                     with writer.as_default(step=step):
                         tf.summary.scalar("loss", loss)
@@ -389,6 +386,7 @@ class Trainer:
             if step != last_saved:
                 self._save(manager, step, last_saved)
         finally:
+            progress.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         summary: dict[str, Any] = {"step": int(self.step.numpy()), **metrics}

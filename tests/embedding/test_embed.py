@@ -25,7 +25,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from elmo_tf.embedding.embedder import EmbedError, Embedder, count_lines  # noqa: E402
+from elmo_tf.embedding.embedder import EmbedError, Embedder  # noqa: E402
+from elmo_tf.embedding.input_file import count_lines  # noqa: E402
+from elmo_tf.utils.batching import length_batches  # noqa: E402
 from elmo_tf.export.hub import export_original  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,10 +150,9 @@ def test_batch_independent_and_deterministic(embedder, module_dir):
         np.testing.assert_allclose(got, alone, rtol=0, atol=TOL)
 
 
-def test_batches_respect_max_batch_tokens(module_dir):
-    embedder = Embedder(module_dir, batch_size=4, max_batch_tokens=10)
+def test_batches_respect_max_batch_tokens():
     lengths = np.array([3, 3, 3, 4, 12, 1, 1, 1, 1, 1])
-    groups = [list(g) for g in embedder._groups(np.argsort(lengths, kind="stable"), lengths)]
+    groups = [list(g) for g in length_batches(lengths, batch_size=4, max_tokens=10)]
     assert sorted(i for g in groups for i in g) == list(range(10))  # every row once
     for g in groups:
         assert len(g) <= 4 and (len(g) == 1 or len(g) * lengths[g].max() <= 10), groups
@@ -353,14 +354,15 @@ def test_sigterm_stops_after_saving_and_resumes(embedder, corpus, tmp_path):
 _KILLED_CHILD = textwrap.dedent(
     """
     import os, signal, sys
-    from elmo_tf.embedding import embedder as lib
+    from elmo_tf.embedding.embedder import Embedder
+    from elmo_tf.embedding.journal import JournaledFile
     module, corpus, out = sys.argv[1:4]
     saving, overwrites = False, 0
-    write = lib._JournaledFile.write
+    write = JournaledFile.write
 
     def write_then_maybe_die(self, data):
         global overwrites
-        in_place = self.tell() < self._committed_size
+        in_place = self.tell() < self.committed_size
         written = write(self, data)
         if saving and in_place:
             overwrites += 1
@@ -372,8 +374,8 @@ _KILLED_CHILD = textwrap.dedent(
         global saving
         saving = written >= 8  # the last batch of chunk 2: its save comes next
 
-    lib._JournaledFile.write = write_then_maybe_die
-    embedder = lib.Embedder(module, batch_size=2, layers="mix", mix_weights=[1.0, -0.5, 2.0], gamma=0.7)
+    JournaledFile.write = write_then_maybe_die
+    embedder = Embedder(module, batch_size=2, layers="mix", mix_weights=[1.0, -0.5, 2.0], gamma=0.7)
     embedder.embed_file(corpus, out, tokenized=False, chunk_lines=4, progress=False, on_batch=on_batch)
     """
 )

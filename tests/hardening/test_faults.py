@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from elmo_tf import errors, training
 from elmo_tf.training import data
-from elmo_tf.embedding import embedder as embed_lib
+from elmo_tf.embedding import journal
 from elmo_tf.export import hub as hub_export
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.text.vocab import Vocabulary
@@ -202,7 +202,7 @@ def test_a_roll_back_cut_short_is_completed_by_the_next_one(tmp_path, monkeypatc
     path = tmp_path / "out.hdf5.partial"
     committed = os.urandom(10_000)
     path.write_bytes(committed)
-    raw = embed_lib._JournaledFile(str(path))  # a chunk's writes: overwrites in place, and growth
+    raw = journal.JournaledFile(str(path))  # a chunk's writes: overwrites in place, and growth
     for offset, size in ((100, 50), (5000, 3000), (9990, 2000)):
         raw.seek(offset)
         raw.write(os.urandom(size))
@@ -210,7 +210,7 @@ def test_a_roll_back_cut_short_is_completed_by_the_next_one(tmp_path, monkeypatc
     assert path.read_bytes() != committed
 
     writes = []
-    real_write_all = embed_lib._write_all
+    real_write_all = journal.write_all
 
     def killed_after_one_write(f, data):
         writes.append(len(data))
@@ -218,10 +218,10 @@ def test_a_roll_back_cut_short_is_completed_by_the_next_one(tmp_path, monkeypatc
             raise KeyboardInterrupt("killed during the roll-back")
         real_write_all(f, data)
 
-    monkeypatch.setattr(embed_lib, "_write_all", killed_after_one_write)
+    monkeypatch.setattr(journal, "write_all", killed_after_one_write)
     with pytest.raises(KeyboardInterrupt):
-        embed_lib._JournaledFile.roll_back(str(path))
-    monkeypatch.setattr(embed_lib, "_write_all", real_write_all)
-    assert os.path.exists(str(path) + embed_lib.JOURNAL_SUFFIX) and path.read_bytes() != committed
-    assert embed_lib._JournaledFile.roll_back(str(path))
-    assert path.read_bytes() == committed and not os.path.exists(str(path) + embed_lib.JOURNAL_SUFFIX)
+        journal.JournaledFile.roll_back(str(path))
+    monkeypatch.setattr(journal, "write_all", real_write_all)
+    assert os.path.exists(str(path) + journal.JOURNAL_SUFFIX) and path.read_bytes() != committed
+    assert journal.JournaledFile.roll_back(str(path))
+    assert path.read_bytes() == committed and not os.path.exists(str(path) + journal.JOURNAL_SUFFIX)
