@@ -78,7 +78,7 @@ def main(argv):
     rows = []
     for batch in map(int, FLAGS.batch_sizes):
         m, u = rand(batch, h), rand(batch, units)
-        product = lstm._recurrent_product(w_recurrent, batch >= TRANSPOSED_FROM_BATCH)  # the layer's own layout
+        product = lstm.recurrent_product_fn(w_recurrent, batch >= TRANSPOSED_FROM_BATCH)  # the layer's own layout
         recurrent = tf.function(lambda: product(m))
         recurrent_s, projection_s = seconds(recurrent), seconds(tf.function(lambda: tf.matmul(u, projection)))
         per_position = {

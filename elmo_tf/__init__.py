@@ -1,37 +1,46 @@
-"""elmo_tf: ELMo (Peters et al. 2018) for TensorFlow 2 / Keras 3: layers, weights IO and TF-Hub export."""
+"""elmo_tf: ELMo (Peters et al. 2018) for TensorFlow 2 / Keras 3: train a biLM, export a TF-Hub module, embed, serve.
+
+The names below load on first use (PEP 562), so `import elmo_tf` and the commands' flag checks do not wait for
+TensorFlow; TensorFlow's environment defaults are set here, before anything imports it.
+"""
+
+import importlib as _importlib
 
 from elmo_tf.utils import env as _env
 
-_env.set_defaults()  # before TensorFlow loads (below)
+_env.set_defaults()
 
-from elmo_tf.model.bilm import BiLM  # noqa: E402
-from elmo_tf.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig  # noqa: E402
-from elmo_tf.export.hub import ElmoModule, ExportError, ExportOptions, export_module, export_original  # noqa: E402
-from elmo_tf.layers.bilstm import BiLSTM  # noqa: E402
-from elmo_tf.layers.char_cnn import CharCNN  # noqa: E402
-from elmo_tf.layers.highway import Highway  # noqa: E402
-from elmo_tf.layers.projected_lstm import ProjectedLSTM  # noqa: E402
-from elmo_tf.layers.scalar_mix import ScalarMix  # noqa: E402
-from elmo_tf.model.weights_io import WeightFileError, load_original, load_weights, save_weights  # noqa: E402
+_PUBLIC = {
+    "BiLM": "elmo_tf.model.bilm",
+    "BiLMConfig": "elmo_tf.model.config",
+    "CharCNNConfig": "elmo_tf.model.config",
+    "LSTMConfig": "elmo_tf.model.config",
+    "ConfigError": "elmo_tf.errors",
+    "ExportError": "elmo_tf.errors",
+    "WeightFileError": "elmo_tf.errors",
+    "ElmoModule": "elmo_tf.export.hub",
+    "ExportOptions": "elmo_tf.export.hub",
+    "export_module": "elmo_tf.export.hub",
+    "export_original": "elmo_tf.export.hub",
+    "BiLSTM": "elmo_tf.layers.bilstm",
+    "CharCNN": "elmo_tf.layers.char_cnn",
+    "Highway": "elmo_tf.layers.highway",
+    "ProjectedLSTM": "elmo_tf.layers.projected_lstm",
+    "ScalarMix": "elmo_tf.layers.scalar_mix",
+    "load_original": "elmo_tf.model.weights_io",
+    "load_weights": "elmo_tf.model.weights_io",
+    "save_weights": "elmo_tf.model.weights_io",
+}
+__all__ = sorted(_PUBLIC)
 
-__all__ = [
-    "BiLM",
-    "BiLMConfig",
-    "BiLSTM",
-    "CharCNN",
-    "CharCNNConfig",
-    "ConfigError",
-    "ElmoModule",
-    "ExportError",
-    "ExportOptions",
-    "Highway",
-    "LSTMConfig",
-    "ProjectedLSTM",
-    "ScalarMix",
-    "WeightFileError",
-    "export_module",
-    "export_original",
-    "load_original",
-    "load_weights",
-    "save_weights",
-]
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        value = getattr(_importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'elmo_tf' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -139,7 +139,7 @@ class ProjectedLSTM(keras.layers.Layer):
         `recurrent_product(m)` is `m @ W_0[D:]`, from the `[h, 4H]` slice of the kernel or from its transposed
         copy `[4H, h]` (made once per call) for batches of `TRANSPOSED_FROM_BATCH` rows and more: oneDNN's CPU
         kernels compute the product 1.6-2.4x faster from the transposed layout there, but slower at batch 1
-        (docs/PERFORMANCE.md). See `_recurrent_product`.
+        (docs/PERFORMANCE.md). See `recurrent_product_fn`.
 
         Returns:
           `(z, c_pre, u, m_pre)`: gates before activation `[B, 4H]`, cell before clipping `[B, H]`,
@@ -152,7 +152,7 @@ class ProjectedLSTM(keras.layers.Layer):
         m_pre = u if projection is None else tf.matmul(u, projection)
         return z, c_pre, u, m_pre
 
-    def _recurrent_product(self, w_recurrent, transposed, w_recurrent_t=None):
+    def recurrent_product_fn(self, w_recurrent, transposed, w_recurrent_t=None):
         """`m -> m @ w_recurrent` (`[h, 4H]`) in the layout `transposed` picks: a Python bool, or a scalar bool
         tensor when the batch size is known only at run time (then the step chooses with a `tf.cond`: the
         loop is traced once, not once per layout). `w_recurrent_t`: the transposed copy, if already made."""
@@ -185,7 +185,7 @@ class ProjectedLSTM(keras.layers.Layer):
         steps (rows running at the chunk's start) is one matmul, then only the recurrent product runs per step.
         """
         w_input = kernel[: self.input_dim]  # [D, 4H]
-        recurrent_product = self._recurrent_product(kernel[self.input_dim :], transposed)
+        recurrent_product = self.recurrent_product_fn(kernel[self.input_dim :], transposed)
         proj_clip = self._proj_clip(projection)
         batch = tf.shape(x)[0]
         # n_t, the rows still running at step t, for t in [0, S] (n_S = 0 keeps an empty input safe).
@@ -258,7 +258,7 @@ class ProjectedLSTM(keras.layers.Layer):
             projection = projection_arg[0] if projection_arg else None  # [H, P]
             w_input, w_recurrent_t = kernel[:d], tf.transpose(kernel[d:])  # [D, 4H], [4H, h]
             # The forward steps use the transposed copy the backward pass needs anyway, unless the batch is small.
-            recurrent_product = self._recurrent_product(kernel[d:], transposed, w_recurrent_t)
+            recurrent_product = self.recurrent_product_fn(kernel[d:], transposed, w_recurrent_t)
             gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H]
             c, m = c0, m0
             outputs, saved = [], []
