@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elmo_tf.text import char_ids
-from tests.test_char_ids import python_char_ids
+from tests.text.test_char_ids import python_char_ids
 
 # Script=Han in Unicode 15.0 (Scripts.txt), the version of the regular-expression tables inside TensorFlow.
 HAN_RANGES = (
