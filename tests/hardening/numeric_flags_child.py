@@ -19,7 +19,8 @@ import traceback
 
 from absl import app, flags
 
-import elmo_tf  # noqa: F401  (TensorFlow and the package load once, before the baseline of defined flags)
+import elmo_tf  # noqa: F401,E402  (sets TensorFlow's environment first)
+import tensorflow  # noqa: F401,E402  (TensorFlow and its own flags load once, before the baseline of defined flags)
 
 
 def _numeric_flags(names) -> list[str]:
