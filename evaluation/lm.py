@@ -82,9 +82,13 @@ def prepare_corpus(train_glob: str, heldout_glob: str, out_dir: str, tokenizer: 
     n_heldout = sum(
         tokenize_file(p, os.path.join(out_dir, "heldout", os.path.basename(p)), tokenizer, every=every) for p in heldout_files
     )
+    os.makedirs(os.path.join(out_dir, "heldout_full"), exist_ok=True)
+    for p in heldout_files:  # whole files, for the final perplexity (comparable with the original's run_test.py figure)
+        tokenize_file(p, os.path.join(out_dir, "heldout_full", os.path.basename(p)), tokenizer)
     return {
         "train_glob": os.path.join(out_dir, "train", "*"),
         "heldout_glob": os.path.join(out_dir, "heldout", "*"),
+        "heldout_full": sorted(os.path.join(out_dir, "heldout_full", os.path.basename(p)) for p in heldout_files),
         "train_lines": n_train,
         "heldout_lines": n_heldout,
         "tokenizer": tokenizer,
@@ -150,7 +154,16 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
     if curve["points"][-1]["step"] != step:
         evaluate(step)
     final = curve["points"][-1]
+    full = {}
+    if step >= steps:  # complete: each whole held-out file, full softmax, from a zero state as an exported module starts
+        for path in corpus.get("heldout_full", []):
+            r = trainer.evaluate(path)
+            full[os.path.basename(path)] = r
+            print(f"  {os.path.basename(path)}: perplexity {r['perplexity']:.1f} (forward {r['perplexity_forward']:.1f}, "
+                  f"backward {r['perplexity_backward']:.1f}, {r['tokens']} tokens)", flush=True)
     summary = {
+        "complete": step >= steps,
+        "heldout_full": full,
         "steps": step,
         "target_steps": steps,
         "minutes": round(final["minutes"], 2),
