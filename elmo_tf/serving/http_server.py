@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from absl import logging
 
@@ -39,6 +39,7 @@ from elmo_tf.errors import ServeError
 from elmo_tf.serving.batcher import Batcher
 from elmo_tf.serving.json_codec import parse_predict_request, predict_response
 from elmo_tf.serving.model import ServedModel
+from elmo_tf.serving.registry import ModelRegistry
 
 # A connection idle (or stalled mid-body) this long is closed, so that idle clients cannot hold threads.
 _IDLE_TIMEOUT_S = 60.0
@@ -53,6 +54,14 @@ _HELP = (
     "elmo_tf.serve answers GET /v1/models/{name}[/versions/N][/metadata] and "
     "POST /v1/models/{name}[/versions/N]:predict."
 )
+
+
+def _model_spec(match: re.Match) -> tuple[str, Optional[int], Optional[str]]:
+    """(name, version or None, label or None) of a route match."""
+    version = match.group(2)
+    label = match.group(3)
+    return (urllib.parse.unquote(match.group(1)), int(version) if version is not None else None,
+            urllib.parse.unquote(label) if label is not None else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +91,16 @@ class ServerOptions:
                 raise ValueError(f"`{name}` must be an integer >= 1; received {value!r}.")
         if not self.batch_timeout_ms >= 0:
             raise ValueError(f"`batch_timeout_ms` must be >= 0; received {self.batch_timeout_ms!r}.")
+
+    def make_batcher(self, model: ServedModel) -> Batcher:
+        """The batcher that runs one loaded model version's requests within these limits."""
+        return Batcher(
+            model.run,
+            max_batch_size=self.max_batch_size,
+            timeout_s=self.batch_timeout_ms / 1000.0,
+            max_queued_rows=self.max_batch_size * self.max_enqueued_batches,
+            max_batch_tokens=self.max_batch_tokens,
+        )
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -143,12 +162,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send_json(status, payload, headers)
 
     def _route(self, path: str, body: bytes) -> dict[str, Any]:
-        model = self.server.model
+        registry = self.server.registry
         match = _PREDICT_PATH.fullmatch(path)
         if match:
             if self.command != "POST":
                 raise ServeError(405, f"{path} takes POST; received {self.command}.", {"Allow": "POST"})
-            self._check_model(match, predict=True)
             if match.group(4).lower() != "predict":
                 raise ServeError(
                     400,
@@ -156,47 +174,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 )
             if self.headers.get("Content-Length") is None:
                 raise ServeError(411, "A predict request needs a Content-Length header.")
-            signature, request_format, inputs = parse_predict_request(body, model.signatures)
-            outputs = self.server.batcher.predict(signature, inputs)
+            with registry.acquire(*_model_spec(match)) as loaded:
+                signature, request_format, inputs = parse_predict_request(body, loaded.model.signatures)
+                outputs = loaded.batcher.predict(signature, inputs)
             return predict_response(request_format, outputs)
         match = _STATUS_PATH.fullmatch(path)
         if not match:
-            raise ServeError(404, f"Malformed request: {self.command} {path}. {_HELP.format(name=model.name)}")
+            names = registry.names()
+            raise ServeError(404, f"Malformed request: {self.command} {path}. {_HELP.format(name=names[0] if names else 'NAME')}")
         if self.command != "GET":
             raise ServeError(405, f"{path} takes GET; received {self.command}.", {"Allow": "GET"})
-        self._check_model(match, predict=False)
+        name, version, label = _model_spec(match)
         if match.group(4):
-            return model.metadata
-        return {
-            "model_version_status": [
-                {
-                    "version": str(model.version),
-                    "state": "AVAILABLE",
-                    "status": {"error_code": "OK", "error_message": ""},
-                }
-            ]
-        }
-
-    def _check_model(self, match: re.Match, predict: bool) -> None:
-        """404 unless the URL names the served model (and, if given, its version); messages as TF Serving's."""
-        model = self.server.model
-        name = urllib.parse.unquote(match.group(1))
-        version, label = match.group(2), match.group(3)
-        served = f"(serving {model.name!r} version {model.version})"
-        if name != model.name:
-            if predict:
-                raise ServeError(404, f"Servable not found for request: Latest({name}) {served}")
-            raise ServeError(404, f"Could not find any versions of model {name} {served}")
-        if label is not None:
-            raise ServeError(
-                404,
-                f"Unrecognized servable version label: {label}; no labels are configured, use "
-                f"/versions/{model.version}.",
-            )
-        if version is not None and int(version) != model.version:
-            if predict:
-                raise ServeError(404, f"Servable not found for request: Specific({name}, {int(version)}) {served}")
-            raise ServeError(404, f"Could not find version {int(version)} of model {name} {served}")
+            with registry.acquire(name, version, label) as loaded:
+                return loaded.model.metadata
+        return registry.status(name, version)
 
     def _too_large_message(self, length: int) -> str:
         limit = self.server.options.max_request_bytes
@@ -293,9 +285,13 @@ class ModelServer(http.server.ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(
-        self, model: ServedModel, host: str = "127.0.0.1", port: int = 8501, options: ServerOptions = ServerOptions()
+        self,
+        models: Union[ServedModel, ModelRegistry],
+        host: str = "127.0.0.1",
+        port: int = 8501,
+        options: ServerOptions = ServerOptions(),
     ):
-        self.model = model
+        self.registry = models if isinstance(models, ModelRegistry) else ModelRegistry([models], options.make_batcher)
         self.options = options
         self.stopping = False
         self._lock = threading.Lock()
@@ -303,13 +299,6 @@ class ModelServer(http.server.ThreadingHTTPServer):
         self._serving = False
         self._stopped = False
         super().__init__((host, port), _Handler)
-        self.batcher = Batcher(
-            model.run,
-            max_batch_size=options.max_batch_size,
-            timeout_s=options.batch_timeout_ms / 1000.0,
-            max_queued_rows=options.max_batch_size * options.max_enqueued_batches,
-            max_batch_tokens=options.max_batch_tokens,
-        )
 
     @property
     def port(self) -> int:
@@ -337,9 +326,9 @@ class ModelServer(http.server.ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
-        self.batcher.stop_waiting()  # requests in flight need not wait for batch partners any more
+        self.registry.stop_waiting()  # requests in flight need not wait for batch partners any more
         self.server_close()  # closes the listening socket, joins the connection threads
-        self.batcher.close()
+        self.registry.close()
 
     def _track(self, conn: socket.socket) -> None:
         with self._lock:

@@ -229,7 +229,7 @@ def test_concurrent_clients_are_batched_and_get_their_own_results(server, refere
              direct(reference, "tokens", tokens=tokens, sequence_len=lengths_np), "outputs"),
             ({"inputs": two}, direct(reference, "default", text=two), "outputs"),
         ])
-    before = dict(server.batcher.stats)
+    before = dict(next(iter(server.registry.loaded())).batcher.stats)
     barrier = threading.Barrier(8)
     results: dict[int, list] = {}
 
@@ -247,7 +247,7 @@ def test_concurrent_clients_are_batched_and_get_their_own_results(server, refere
             assert status == 200, body
             got = rows_to_columns(body[key]) if key == "predictions" else body[key]
             assert_outputs_equal(got, want, BATCH_TOL)
-    stats = server.batcher.stats
+    stats = next(iter(server.registry.loaded())).batcher.stats
     calls, tasks = stats["batches"] - before["batches"], stats["tasks"] - before["tasks"]
     assert tasks == 24
     assert calls < tasks  # requests were merged into shared model calls
@@ -298,10 +298,10 @@ ERRORS = [
     ("POST", ":classify", {"examples": [{}]}, 400, "use :predict"),
     ("POST", "/v1/models/other:predict", {"instances": ["a"]}, 404, "Servable not found"),
     ("POST", "/v1/models/elmo/versions/1:predict", {"instances": ["a"]}, 404, "Specific(elmo, 1)"),
-    ("POST", "/v1/models/elmo/labels/canary:predict", {"instances": ["a"]}, 404, "label"),
+    ("POST", "/v1/models/elmo/labels/canary:predict", {"instances": ["a"]}, 400, "Unrecognized servable version label: canary"),
     ("GET", "/v1/models/other", None, 404, "Could not find any versions of model other"),
     ("GET", "/v1/models/elmo/versions/7", None, 404, "Could not find version 7"),
-    ("GET", "/v1/models/elmo/versions/7/metadata", None, 404, "Could not find version 7"),
+    ("GET", "/v1/models/elmo/versions/7/metadata", None, 404, "Servable not found for request: Specific(elmo, 7)"),
     ("GET", "/v2/models/elmo", None, 404, "Malformed request"),
     ("GET", "/v1/models/elmo/extra", None, 404, "Malformed request"),
     ("GET", ":predict", None, 405, "takes POST"),
@@ -363,9 +363,9 @@ def test_protocol_errors(server):
 
 def test_model_errors_become_400_with_a_clean_message(server):
     """An InvalidArgumentError raised inside the model is a 400 without graph node names."""
-    signature = server.model.signatures["tokens"]
+    signature = next(iter(server.registry.loaded())).model.signatures["tokens"]
     with pytest.raises(ServeError) as info:
-        server.model.run(signature, {"tokens": np.array([[b"a"]], object), "sequence_len": np.array([5], np.int32)})
+        next(iter(server.registry.loaded())).model.run(signature, {"tokens": np.array([[b"a"]], object), "sequence_len": np.array([5], np.int32)})
     assert info.value.status == 400
     message = info.value.message
     assert "sequence_len" in message and "{{node" not in message and "Op:" not in message
