@@ -1,7 +1,7 @@
 """Shows what elmo_tf's embeddings buy: biLMs trained here, sentiment classifiers, ablations, pictures.
 
     python evaluate.py                 # everything (about 35-40 min on 2 CPU cores; `bash evaluate.sh` sets up the venv)
-    python evaluate.py --lm_steps_en=20 --lm_steps_zh=20 --train_examples=64 --dev_examples=64 --seeds=0,1 \
+    python evaluate.py --lm_steps_en=20 --lm_steps_zh=20 --sizes=32,64 --ft_sizes=32 --dev_examples=64 --seeds=0,1 \
         --head_epochs=3 --ft_epochs=1 --run_dir=/tmp/tiny --docs_dir=/tmp/tiny_docs   # a quick smoke run
 
 Stages (each one's outputs are kept in --run_dir and reused when the command is run again):
@@ -70,27 +70,38 @@ flags.DEFINE_float("lm_max_minutes", 60.0, "Time budget per biLM and invocation:
 flag_checks.check_float("lm_max_minutes", 0, low_open=True)
 flags.DEFINE_integer("eval_every", 250, "Steps between held-out perplexity points.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("heldout_sentences", 300, "Size of the held-out sample for the perplexity curve.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_string("reference", os.path.join(os.path.dirname(HERE), "shared", "reference", "bilm_tf_small_training.json"),
+                    "The original trainer's measured curve (JSON), drawn beside the English LM's; left out when absent.")
 flags.DEFINE_integer("seed", 0, "Seed of the LM data order, negatives, dropout and of word2vec.", lower_bound=0,
                      upper_bound=SEED_MAX)
 # word2vec.
 flags.DEFINE_integer("w2v_dim", 256, "word2vec dimensions (the ELMo layers have 2 x 128).", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("w2v_epochs", 5, "word2vec passes over the corpus.", lower_bound=1, upper_bound=INT32_MAX)
 # Classifiers.
-flags.DEFINE_list("seeds", ["0", "1", "2"], "Classifier seeds (mean ± std over them).")
+flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "Classifier seeds (mean ± std over them); a seed fixes the "
+                  "training subset of each size and the classifier's initialisation.")
 flag_checks.check_number_list("seeds", 0, SEED_MAX, integer=True, min_length=1)
-flags.DEFINE_list("variants", ["a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec"],
+flags.DEFINE_list("variants", ["a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec", "f_tfidf"],
                   "Classifier variants (see evaluation/downstream.py).")
-flags.DEFINE_integer("train_examples", 600, "Training examples per task (a fixed random subset; 0 = all).", lower_bound=0,
-                     upper_bound=INT32_MAX)
-flags.DEFINE_integer("dev_examples", 1000, "Dev examples per task (a fixed random subset; 0 = the whole dev split).",
+flags.DEFINE_list("sizes", ["100", "300", "1000", "3000", "0"], "Training-set sizes of the learning curves (0 = all).")
+flag_checks.check_number_list("sizes", 0, INT32_MAX, integer=True, min_length=1)
+flags.DEFINE_list("ft_sizes", ["100", "300"], "Sizes at which the fine-tuned variants (d) run (each of --sizes).")
+flag_checks.check_number_list("ft_sizes", 0, INT32_MAX, integer=True)
+flags.DEFINE_list("ft_seeds", ["0", "1", "2"], "Seeds of the fine-tuned variants (each of --seeds).")
+flag_checks.check_number_list("ft_seeds", 0, SEED_MAX, integer=True)
+flags.DEFINE_integer("dev_examples", 0, "Dev examples per task (a fixed random subset; 0 = the whole dev split).",
                      lower_bound=0, upper_bound=INT32_MAX)
-flags.DEFINE_integer("max_tokens_en", 40, "English texts are cut to this many tokens.", lower_bound=1, upper_bound=INT32_MAX)
-flags.DEFINE_integer("max_tokens_zh", 32, "Chinese texts are cut to this many tokens (characters).", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_tokens_en", 64, "English texts are cut to this many tokens.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_tokens_zh", 128, "Chinese texts are cut to this many tokens (characters).", lower_bound=1,
+                     upper_bound=INT32_MAX)
 flags.DEFINE_integer("batch_size", 32, "Classifier batch size.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("hidden", 128, "Classifier hidden units.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_float("dropout", 0.3, "Classifier dropout, in [0, 1).")
 flag_checks.check_float("dropout", 0, 1, high_open=True)
-flags.DEFINE_integer("head_epochs", 40, "Epochs of the head on frozen features.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("head_epochs", 40, "Epochs of the head on frozen features (more for small sizes, see --min_head_steps).",
+                     lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("min_head_steps", 300, "Fewest updates of a head on frozen features, whatever the size.", lower_bound=1,
+                     upper_bound=INT32_MAX)
 flags.DEFINE_float("head_learning_rate", 1e-3, "Adam rate of the head on frozen features, in (0, 1).")
 flag_checks.check_float("head_learning_rate", 0, 1, low_open=True, high_open=True)
 flags.DEFINE_integer("ft_epochs", 2, "Fine-tuning epochs of variants (d).", lower_bound=1, upper_bound=INT32_MAX)
@@ -179,6 +190,9 @@ class Pipeline:
             "word2vec": vectors,
             "tokenizer": LANGS[spec["lang"]]["tokenizer"],
             "seeds": [int(s) for s in FLAGS.seeds],
+            "sizes": [int(n) for n in FLAGS.sizes],
+            "ft_sizes": [int(n) for n in FLAGS.ft_sizes],
+            "ft_seeds": [int(s) for s in FLAGS.ft_seeds],
             "variants": list(FLAGS.variants),
             "budget": self.budget(spec["lang"]),
         }
@@ -191,13 +205,13 @@ class Pipeline:
 
     def budget(self, lang: str) -> dict:
         return {
-            "train_examples": FLAGS.train_examples,
             "dev_examples": FLAGS.dev_examples,
             "max_tokens": FLAGS.max_tokens_en if lang == "en" else FLAGS.max_tokens_zh,
             "batch_size": FLAGS.batch_size,
             "hidden": FLAGS.hidden,
             "dropout": FLAGS.dropout,
             "head_epochs": FLAGS.head_epochs,
+            "min_head_steps": FLAGS.min_head_steps,
             "head_learning_rate": FLAGS.head_learning_rate,
             "ft_epochs": FLAGS.ft_epochs,
             "ft_learning_rates": [float(r) for r in FLAGS.ft_learning_rates],
@@ -207,7 +221,8 @@ class Pipeline:
         """Scores one saved classifier with the command users run, on the dev examples the pipeline used."""
         seed = FLAGS.seeds[0]
         variant = "c_mix" if "c_mix" in FLAGS.variants else FLAGS.variants[0]
-        model_dir = os.path.join(clf_state["out_dir"], variant, f"seed{seed}")
+        size = max(int(n) for n in FLAGS.sizes) if "0" not in FLAGS.sizes else 0
+        model_dir = os.path.join(clf_state["out_dir"], variant, "nall" if size == 0 else f"n{size}", f"seed{seed}")
         env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
         proc = subprocess.run([sys.executable, "-m", "elmo_tf.evaluate_classifier", f"--model_dir={model_dir}",
                                f"--data={clf_state['dev_used']}"], cwd=HERE, env=env, check=True, stdout=subprocess.PIPE, text=True)
@@ -249,18 +264,31 @@ class Pipeline:
         summary = report.summarize(classifier_dir, tasks, list(FLAGS.variants))
         lm = {lang: {k: v for k, v in states[f"lm_{lang}"].items() if k not in ("curve", "module")} for lang in LANGS}
         curves = {lang: json.load(open(states[f"lm_{lang}"]["curve"])) for lang in LANGS}
-        n_layers = next((len(rows["c_mix"]["mix_weights_mean"]) for rows in summary.values() if "c_mix" in rows), 3)
+        mix_rows = [size_row for rows in summary.values() for size_row in rows.get("c_mix", {}).values()]
+        n_layers = len(mix_rows[0]["mix_weights_mean"]) if mix_rows else 3
+        reference = None
+        if os.path.isfile(FLAGS.reference):
+            with open(FLAGS.reference, encoding="utf-8") as f:
+                raw = json.load(f)
+            reference = {"steps": raw["steps"], "train": raw["train_perplexity_by_step"]["values"],
+                         "heldout": {os.path.basename(k): v for k, v in raw["heldout_perplexity_after_5453_steps"].items()
+                                     if k != "note"}}
         results = {
             "setup": {
                 "preset": "small",
                 "seeds": [int(s) for s in FLAGS.seeds],
+                "sizes": [int(n) for n in FLAGS.sizes],
+                "ft_sizes": [int(n) for n in FLAGS.ft_sizes],
+                "ft_seeds": [int(s) for s in FLAGS.ft_seeds],
                 "budget": dict(self.budget("en"), max_tokens_en=FLAGS.max_tokens_en, max_tokens_zh=FLAGS.max_tokens_zh),
                 "num_layers": n_layers,
                 "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
                 "command": "python evaluate.py " + " ".join(sys.argv[1:]),
             },
             "tasks": summary,
+            "comparisons": report.comparisons(summary),
             "lm": lm,
+            "reference": reference,
             "word2vec": {lang: states[f"w2v_{lang}"] for lang in LANGS},
             "cli_check": states.get("cli_check"),
             "polysemy": {lang: {k: v for k, v in p.items() if k != "vectors"} for lang, p in states["polysemy"].items() if lang in LANGS}
@@ -269,12 +297,15 @@ class Pipeline:
         }
         write_json(os.path.join(classifier_dir, "results.json"), results)
         shutil.copyfile(os.path.join(classifier_dir, "results.json"), os.path.join(res_dir, "results.json"))
-        images = {"comparison": "results/comparison.png", "mix_weights": "results/mix_weights.png",
-                  "curves": "results/perplexity.png"}
-        report.plot_curves({"English (words)": curves["en"], "Chinese (characters)": curves["zh"]},
-                           os.path.join(FLAGS.docs_dir, images["curves"]))
+        images = {"mix_weights": "results/mix_weights.png", "curves": "results/perplexity.png"}
+        names = {"en": "English (words)", "zh": "Chinese (characters)"}
+        report.plot_curves({names[lang]: curves[lang] for lang in LANGS}, os.path.join(FLAGS.docs_dir, images["curves"]),
+                           reference={names["en"]: reference} if reference else None,
+                           full={names[lang]: lm[lang].get("heldout_full", {}) for lang in LANGS})
+        for task, rows in summary.items():
+            images[f"learning_{task}"] = f"results/learning_{task}.png"
+            report.plot_learning_curves(rows, task, os.path.join(FLAGS.docs_dir, images[f"learning_{task}"]))
         if summary:
-            report.plot_comparison(summary, os.path.join(FLAGS.docs_dir, images["comparison"]))
             report.plot_mix_weights(summary, os.path.join(FLAGS.docs_dir, images["mix_weights"]))
         for lang, p in states.get("polysemy", {}).items():
             if lang not in LANGS:
@@ -294,6 +325,15 @@ def main(argv):
     unknown = set(FLAGS.stages) - set(STAGES) or set(FLAGS.redo) - set(STAGES)
     if unknown:
         raise app.UsageError(f"Unknown stage(s) {sorted(unknown)}; stages are {list(STAGES)}.")
+    from evaluation.report import VARIANT_LABELS  # (not evaluation.downstream: it loads TensorFlow with legacy Keras)
+
+    if set(FLAGS.variants) - set(VARIANT_LABELS):
+        raise app.UsageError(f"Unknown variant(s) {sorted(set(FLAGS.variants) - set(VARIANT_LABELS))}; variants are "
+                             f"{list(VARIANT_LABELS)}.")
+    for name, subset_of in (("ft_sizes", "sizes"), ("ft_seeds", "seeds")):
+        extra = {int(v) for v in FLAGS[name].value} - {int(v) for v in FLAGS[subset_of].value}
+        if extra:
+            raise app.UsageError(f"--{name} has {sorted(extra)}, which are not in --{subset_of}={','.join(FLAGS[subset_of].value)}.")
     # Numeric flags (ranges, --seeds, --ft_learning_rates) were checked when absl parsed them (flag_checks).
     sys.path.insert(0, HERE)
     logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines about saving; progress is printed

@@ -13,6 +13,11 @@ Variants (the paper's ablations at small scale):
   d_finetune_ulmfit c_mix's classifier, then fine-tuned with ULMFiT (discriminative rates, slanted
                     triangular schedule, gradual unfreezing)
   e_word2vec        static word2vec vectors trained on the same LM corpus (gensim)
+  f_tfidf           no neural features: logistic regression on TF-IDF word 1-2-grams of the full texts (scikit-learn)
+
+Every variant is trained for each training-set size in the spec's `sizes` (0 = all examples) and each seed; a seed
+fixes the training subset (the same for every variant: paired comparisons) and the classifier's initialisation,
+dropout and batch order. Fine-tuned variants run at the `ft_sizes` and `ft_seeds` only (they cost minutes each).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import tensorflow as tf  # noqa: E402
 
 from elmo_tf.downstream import classifier as C  # noqa: E402
 from elmo_tf.downstream.finetune import FineTuneConfig  # noqa: E402
-from elmo_tf.utils.files import atomic_path, atomic_write_json
+from elmo_tf.utils.files import atomic_path, atomic_write_json  # noqa: E402
 
 FROZEN = {
     "a_layer0": ("fixed", "layer0"),
@@ -41,18 +46,25 @@ FROZEN = {
     "c_mix": ("learned", None),
 }
 FINETUNE = ("d_finetune_plain", "d_finetune_ulmfit")
-VARIANTS = ("a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec")
+VARIANTS = ("a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec", "f_tfidf")
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def subsample(labels, texts, n, seed):
-    if n <= 0 or n >= len(texts):
-        return labels, texts
-    idx = np.sort(np.random.RandomState(seed).permutation(len(texts))[:n])
-    return labels[idx], [texts[i] for i in idx]
+def size_name(size: int) -> str:
+    return "all" if size == 0 else str(size)
+
+
+def subset(n_total: int, size: int, seed: int) -> np.ndarray:
+    """Indices of `size` training examples (all when size is 0 or too large) drawn with `seed`, sorted.
+
+    Every variant of one (size, seed) gets the same examples, so their accuracies can be compared pair by pair.
+    """
+    if size <= 0 or size >= n_total:
+        return np.arange(n_total)
+    return np.sort(np.random.RandomState(1000 + seed).permutation(n_total)[:size])
 
 
 def fixed_weights(kind: str, num_layers: int) -> list[float]:
@@ -66,43 +78,66 @@ def accuracy_of(clf: C.Classifier, features: np.ndarray, labels: np.ndarray) -> 
     return float((probs.argmax(-1) == clf.label_ids(labels)).mean())
 
 
+def tfidf_accuracy(x_train: list[str], y_train: np.ndarray, x_dev: list[str], y_dev: np.ndarray, seed: int) -> dict:
+    """(f): logistic regression on TF-IDF of word 1-2-grams (the texts' own tokens), C chosen by 5-fold CV on the
+    training examples only."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegressionCV
+
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), token_pattern=r"\S+", lowercase=True, sublinear_tf=True, min_df=1)
+    train = vectorizer.fit_transform(x_train)
+    folds = int(min(5, np.bincount(y_train.astype(int)).min()))
+    model = LogisticRegressionCV(Cs=[0.1, 0.3, 1, 3, 10, 30, 100], cv=max(2, folds), max_iter=2000, random_state=seed)
+    model.fit(train, y_train)
+    dev_accuracy = float((model.predict(vectorizer.transform(x_dev)) == y_dev).mean())
+    return {"dev_accuracy": dev_accuracy, "train_accuracy": float((model.predict(train) == y_train).mean()),
+            "C": float(model.C_[0]), "features": int(train.shape[1])}
+
+
 def run(spec: dict) -> None:
     task, out_dir = spec["task"], spec["out_dir"]
     b = spec["budget"]
     os.makedirs(out_dir, exist_ok=True)
-    y_train, x_train = C.read_labelled_tsv(spec["train"])
+    y_all, x_all = C.read_labelled_tsv(spec["train"])
     y_dev, x_dev = C.read_labelled_tsv(spec["dev"])
-    y_train, x_train = subsample(y_train, x_train, b["train_examples"], 0)
-    y_dev, x_dev = subsample(y_dev, x_dev, b["dev_examples"], 0)
+    if b["dev_examples"] > 0 and b["dev_examples"] < len(x_dev):
+        idx = subset(len(x_dev), b["dev_examples"], -1000)
+        y_dev, x_dev = y_dev[idx], [x_dev[i] for i in idx]
     with open(os.path.join(out_dir, "dev_used.tsv"), "w", encoding="utf-8") as f:  # for the CLI check
         f.write("label\ttext\n" + "".join(f"{l}\t{t}\n" for l, t in zip(y_dev.tolist(), x_dev)))
-    log(f"{task}: {len(x_train)} training and {len(x_dev)} dev examples; variants {spec['variants']}, seeds {spec['seeds']}")
+    sizes, seeds = spec["sizes"], spec["seeds"]
+    log(f"{task}: {len(x_all)} training and {len(x_dev)} dev examples; sizes {[size_name(n) for n in sizes]}, "
+        f"variants {spec['variants']}, seeds {seeds}")
 
-    def folder(variant, seed):
-        return os.path.join(out_dir, variant, f"seed{seed}")
+    def folder(variant, size, seed):
+        return os.path.join(out_dir, variant, f"n{size_name(size)}", f"seed{seed}")
 
-    def done(variant, seed):
-        return os.path.isfile(os.path.join(folder(variant, seed), "metrics.json"))
+    def done(variant, size, seed):
+        return os.path.isfile(os.path.join(folder(variant, size, seed), "metrics.json"))
 
-    def config(variant, seed, mix, weights=None, encoder="elmo"):
+    def config(variant, size, seed, mix, weights=None, encoder="elmo"):
         common = dict(tokenizer=spec["tokenizer"], max_tokens=b["max_tokens"], hidden=b["hidden"], dropout=b["dropout"],
                       task=task, variant=variant, seed=seed)
         if encoder == "static":
-            return C.Classifier.static_config(os.path.relpath(spec["word2vec"], folder(variant, seed)), **common)
-        return C.Classifier.elmo_config(os.path.relpath(spec["module"], folder(variant, seed)), mix, weights, **common)
+            return C.Classifier.static_config(os.path.relpath(spec["word2vec"], folder(variant, size, seed)), **common)
+        return C.Classifier.elmo_config(os.path.relpath(spec["module"], folder(variant, size, seed)), mix, weights, **common)
 
-    def finish(clf, variant, seed, metrics, started):
-        metrics.update(task=task, variant=variant, seed=seed, seconds=round(time.time() - started, 1),
-                       train_examples=len(x_train), dev_examples=len(x_dev), mix_weights=clf.mix_weights())
-        clf.save(folder(variant, seed), metrics)
-        log(f"{task} {variant} seed {seed}: dev accuracy {metrics['dev_accuracy']:.4f} ({metrics['seconds']}s)")
+    def metadata(variant, size, seed, n_train, started):
+        return dict(task=task, variant=variant, seed=seed, size=size_name(size), seconds=round(time.time() - started, 1),
+                    train_examples=n_train, dev_examples=len(x_dev))
 
-    # Frozen ELMo variants and word2vec: features computed once per encoder, heads trained on them.
+    def finish(clf, variant, size, seed, idx, metrics, started):
+        metrics.update(metadata(variant, size, seed, len(idx), started), mix_weights=clf.mix_weights())
+        clf.save(folder(variant, size, seed), metrics)
+        log(f"{task} {variant} n={size_name(size)} seed {seed}: dev accuracy {metrics['dev_accuracy']:.4f} ({metrics['seconds']}s)")
+
+    # Frozen ELMo variants and word2vec: features of every example computed once per encoder, heads trained on them.
     features = {}
     encoders = {}  # frozen encoders, loaded once
 
-    def frozen_classifier(variant, seed, mix=None, weights=None, encoder="elmo"):
-        clf = C.Classifier(config(variant, seed, mix, weights, encoder), folder(variant, seed), encoder=encoders.get(encoder))
+    def frozen_classifier(variant, size, seed, mix=None, weights=None, encoder="elmo"):
+        clf = C.Classifier(config(variant, size, seed, mix, weights, encoder), folder(variant, size, seed),
+                           encoder=encoders.get(encoder))
         encoders[encoder] = clf.encoder
         return clf
 
@@ -114,8 +149,8 @@ def run(spec: dict) -> None:
             with np.load(path) as f:
                 features[encoder] = (f["train"], f["dev"])
             return features[encoder]
-        probe = frozen_classifier("probe", 0, "learned", encoder=encoder)
-        train_prep, train_len = probe.prepare(x_train)
+        probe = frozen_classifier("probe", 0, 0, "learned", encoder=encoder)
+        train_prep, train_len = probe.prepare(x_all)
         dev_prep, dev_len = probe.prepare(x_dev)
         log(f"{task}: encoding with {encoder} ({int(train_len.sum()) + int(dev_len.sum())} tokens)")
         feats = (probe.encode(train_prep, b["batch_size"] * 2, "train"), probe.encode(dev_prep, b["batch_size"] * 2, "dev"))
@@ -124,35 +159,49 @@ def run(spec: dict) -> None:
         features[encoder] = feats
         return feats
 
-    def train_frozen(variant, seed, clf, encoder):
-        started = time.time()
-        f_train, f_dev = cached_features(encoder)
-        C.keras().utils.set_random_seed(seed)
-        losses = clf.train_head(f_train, y_train, epochs=b["head_epochs"], batch_size=b["batch_size"],
-                                learning_rate=b["head_learning_rate"], seed=seed)
-        finish(clf, variant, seed, {"dev_accuracy": accuracy_of(clf, f_dev, y_dev),
-                                    "train_accuracy": accuracy_of(clf, f_train, y_train), "loss_per_epoch": losses}, started)
+    def head_epochs(n: int) -> int:
+        """The budget's epochs, more for small sets so that every head gets at least `min_head_steps` updates."""
+        return max(b["head_epochs"], -(-b["min_head_steps"] // -(-n // b["batch_size"])))
 
-    for seed in spec["seeds"]:
-        for variant in spec["variants"]:
-            if variant in FINETUNE or done(variant, seed):
-                continue
-            C.keras().utils.set_random_seed(seed)
-            if variant == "e_word2vec":
-                train_frozen(variant, seed, frozen_classifier(variant, seed, encoder="static"), "static")
-                continue
-            mix, kind = FROZEN[variant]
-            n_layers = C.module_info(spec["module"])["n_lstm_layers"] + 1
-            weights = fixed_weights(kind, n_layers) if kind else None
-            train_frozen(variant, seed, frozen_classifier(variant, seed, mix, weights), "elmo")
+    def train_frozen(variant, size, seed, idx, clf, encoder):
+        started = time.time()
+        f_all, f_dev = cached_features(encoder)
+        C.keras().utils.set_random_seed(seed)
+        losses = clf.train_head(f_all[idx], y_all[idx], epochs=head_epochs(len(idx)), batch_size=b["batch_size"],
+                                learning_rate=b["head_learning_rate"], seed=seed)
+        finish(clf, variant, size, seed, idx, {"dev_accuracy": accuracy_of(clf, f_dev, y_dev),
+                                               "train_accuracy": accuracy_of(clf, f_all[idx], y_all[idx]),
+                                               "loss_per_epoch": losses}, started)
+
+    for size in sizes:
+        for seed in seeds:
+            idx = subset(len(x_all), size, seed)
+            for variant in spec["variants"]:
+                if variant in FINETUNE or done(variant, size, seed):
+                    continue
+                C.keras().utils.set_random_seed(seed)
+                if variant == "f_tfidf":
+                    started = time.time()
+                    metrics = tfidf_accuracy([x_all[i] for i in idx], y_all[idx], x_dev, y_dev, seed)
+                    metrics.update(metadata(variant, size, seed, len(idx), started), mix_weights=[])
+                    atomic_write_json(os.path.join(folder(variant, size, seed), "metrics.json"), metrics, indent=1)
+                    log(f"{task} {variant} n={size_name(size)} seed {seed}: dev accuracy {metrics['dev_accuracy']:.4f} "
+                        f"(C={metrics['C']:g})")
+                elif variant == "e_word2vec":
+                    train_frozen(variant, size, seed, idx, frozen_classifier(variant, size, seed, encoder="static"), "static")
+                else:
+                    mix, kind = FROZEN[variant]
+                    n_layers = C.module_info(spec["module"])["n_lstm_layers"] + 1
+                    weights = fixed_weights(kind, n_layers) if kind else None
+                    train_frozen(variant, size, seed, idx, frozen_classifier(variant, size, seed, mix, weights), "elmo")
 
     # Fine-tuned variants: one fine-tunable classifier, restored to its starting weights for every run (traced once).
     tuned = {}
 
-    def tunable(cfg):
+    def tunable(cfg, size):
         if not tuned:
-            clf = C.Classifier(cfg, folder(cfg["variant"], cfg["seed"]), trainable_encoder=True)
-            tuned.update(clf=clf, pretrained=[v.numpy() for v in clf.encoder.weights], prep=clf.prepare(x_train)[0])
+            clf = C.Classifier(cfg, folder(cfg["variant"], size, cfg["seed"]), trainable_encoder=True)
+            tuned.update(clf=clf, pretrained=[v.numpy() for v in clf.encoder.weights], prep=clf.prepare(x_all)[0])
         clf = tuned["clf"]
         clf.config = cfg
         for v, value in zip(clf.encoder.weights, tuned["pretrained"]):
@@ -168,61 +217,72 @@ def run(spec: dict) -> None:
     def steps_for(n):
         return b["ft_epochs"] * -(-n // b["batch_size"])
 
-    def select_rate(variant):
-        """The fine-tuning rate of `variant`, chosen on a fifth of the training examples (never the dev set).
+    def select_rate(variant, size):
+        """The fine-tuning rate of `variant` at `size`, chosen on a fifth of seed 0's training examples (never dev).
 
         The c_mix head is trained on the other four fifths (seed 0), then biLM + head are fine-tuned from it with
         each rate and scored on the held-out fifth; ties go to the rate listed first. Saved, so a re-run reuses it.
         """
         rates = b["ft_learning_rates"]
-        path = os.path.join(out_dir, f"rate_selection_{variant}.json")
+        path = os.path.join(out_dir, f"rate_selection_{variant}_n{size_name(size)}.json")
         if os.path.isfile(path):
             with open(path) as f:
                 saved = json.load(f)
             if saved["rates"] == rates:
                 return saved
-        order = np.random.RandomState(0).permutation(len(x_train))
-        held, fit = np.sort(order[: max(1, len(order) // 5)]), np.sort(order[max(1, len(order) // 5):])
-        f_train, _ = cached_features("elmo")
+        idx = subset(len(x_all), size, 0)
+        order = np.random.RandomState(0).permutation(idx)
+        cut = max(1, len(order) // 5)
+        held, fit = np.sort(order[:cut]), np.sort(order[cut:])
+        f_all, _ = cached_features("elmo")
         C.keras().utils.set_random_seed(0)
-        probe = frozen_classifier("rate_selection", 0, "learned")
-        probe.train_head(f_train[fit], y_train[fit], epochs=b["head_epochs"], batch_size=b["batch_size"],
+        probe = frozen_classifier("rate_selection", size, 0, "learned")
+        probe.train_head(f_all[fit], y_all[fit], epochs=head_epochs(len(fit)), batch_size=b["batch_size"],
                          learning_rate=b["head_learning_rate"], seed=0)
         head_weights = probe.head.get_weights()
         accuracy = {}
         for rate in rates:
             C.keras().utils.set_random_seed(0)
-            clf = tunable(dict(config(variant, 0, "learned"), encoder_trained=True))
+            clf = tunable(dict(config(variant, size, 0, "learned"), encoder_trained=True), size)
             clf.head.set_weights(head_weights)
-            log(f"{task} {variant}: trying rate {rate:g} ({len(fit)} examples, scored on {len(held)} held out)")
-            clf.fine_tune([tuned["prep"][i] for i in fit], y_train[fit], finetune_config(variant, rate, steps_for(len(fit))),
+            log(f"{task} {variant} n={size_name(size)}: trying rate {rate:g} ({len(fit)} examples, scored on {len(held)} held out)")
+            clf.fine_tune([tuned["prep"][i] for i in fit], y_all[fit], finetune_config(variant, rate, steps_for(len(fit))),
                           epochs=b["ft_epochs"], batch_size=b["batch_size"], seed=0)
-            accuracy[f"{rate:g}"] = clf.accuracy([x_train[i] for i in held], y_train[held], b["batch_size"] * 2)["accuracy"]
+            accuracy[f"{rate:g}"] = clf.accuracy([x_all[i] for i in held], y_all[held], b["batch_size"] * 2)["accuracy"]
         chosen = max(rates, key=lambda r: (accuracy[f"{r:g}"], -rates.index(r)))
-        saved = {"rates": rates, "held_out_accuracy": accuracy, "chosen": chosen, "fit_examples": len(fit), "held_out_examples": len(held)}
-        log(f"{task} {variant}: rate {chosen:g} chosen (held-out accuracy per rate {accuracy})")
+        saved = {"rates": rates, "held_out_accuracy": accuracy, "chosen": chosen, "fit_examples": len(fit),
+                 "held_out_examples": len(held)}
+        log(f"{task} {variant} n={size_name(size)}: rate {chosen:g} chosen (held-out accuracy per rate {accuracy})")
         atomic_write_json(path, saved, indent=1)
         return saved
 
-    for variant in spec["variants"]:
-        if variant not in FINETUNE or all(done(variant, seed) for seed in spec["seeds"]):
-            continue
-        selection = select_rate(variant) if len(b["ft_learning_rates"]) > 1 else {"chosen": b["ft_learning_rates"][0]}
-        for seed in spec["seeds"]:
-            if done(variant, seed):
+    for size in spec["ft_sizes"]:
+        for variant in spec["variants"]:
+            if variant not in FINETUNE or all(done(variant, size, seed) for seed in spec["ft_seeds"]):
                 continue
-            if not done("c_mix", seed):
-                raise RuntimeError(f"{variant} starts from c_mix of seed {seed}; add c_mix to the variants.")
-            started = time.time()
-            C.keras().utils.set_random_seed(seed)
-            clf = tunable(dict(config(variant, seed, "learned"), encoder_trained=True))
-            tf.train.Checkpoint(head=clf.head).read(os.path.join(folder("c_mix", seed), C.CHECKPOINT_NAME)).expect_partial()
-            ft = finetune_config(variant, selection["chosen"], steps_for(len(x_train)))
-            log(f"{task} {variant} seed {seed}: fine-tuning {ft.total_steps} steps at rate {selection['chosen']:g}")
-            losses = clf.fine_tune(tuned["prep"], y_train, ft, epochs=b["ft_epochs"], batch_size=b["batch_size"], seed=seed)
-            dev = clf.accuracy(x_dev, y_dev, b["batch_size"] * 2)
-            finish(clf, variant, seed, {"dev_accuracy": dev["accuracy"], "loss_per_epoch": losses,
-                                        "finetune": dataclasses.asdict(ft), "rate_selection": selection}, started)
+            selection = (select_rate(variant, size) if len(b["ft_learning_rates"]) > 1
+                         else {"chosen": b["ft_learning_rates"][0]})
+            for seed in spec["ft_seeds"]:
+                if done(variant, size, seed):
+                    continue
+                if not done("c_mix", size, seed):
+                    raise RuntimeError(f"{variant} starts from c_mix of size {size_name(size)}, seed {seed}; add c_mix to "
+                                       "the variants and the seed to the seeds.")
+                started = time.time()
+                idx = subset(len(x_all), size, seed)
+                C.keras().utils.set_random_seed(seed)
+                clf = tunable(dict(config(variant, size, seed, "learned"), encoder_trained=True), size)
+                tf.train.Checkpoint(head=clf.head).read(
+                    os.path.join(folder("c_mix", size, seed), C.CHECKPOINT_NAME)).expect_partial()
+                ft = finetune_config(variant, selection["chosen"], steps_for(len(idx)))
+                log(f"{task} {variant} n={size_name(size)} seed {seed}: fine-tuning {ft.total_steps} steps at rate "
+                    f"{selection['chosen']:g}")
+                losses = clf.fine_tune([tuned["prep"][i] for i in idx], y_all[idx], ft, epochs=b["ft_epochs"],
+                                       batch_size=b["batch_size"], seed=seed)
+                dev = clf.accuracy(x_dev, y_dev, b["batch_size"] * 2)
+                finish(clf, variant, size, seed, idx, {"dev_accuracy": dev["accuracy"], "loss_per_epoch": losses,
+                                                       "finetune": dataclasses.asdict(ft), "rate_selection": selection},
+                       started)
 
 
 def main(argv: list[str]) -> None:

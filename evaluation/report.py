@@ -14,49 +14,99 @@ VARIANT_LABELS = {
     "d_finetune_plain": "(d) fine-tuned, plain",
     "d_finetune_ulmfit": "(d) fine-tuned, ULMFiT",
     "e_word2vec": "(e) word2vec",
+    "f_tfidf": "(f) TF-IDF + logistic regression",
 }
 
 FRAMING = """\
 This page is written by `evaluate.py` (`bash evaluate.sh`); only this paragraph is fixed text. It
-repeats the ELMo paper's ablations at toy scale on a 2-core CPU: two `small` biLMs trained for minutes
-(English words, Chinese characters) instead of a 4096-unit model trained for weeks, and sentence
-classifiers trained on a few hundred to a thousand examples. Read the numbers as a working
-demonstration of the pipeline, with honest error bars, not as a reproduction of the paper's figures:
-with language models this undertrained, differences between variants are small and some are inside
-the seed-to-seed spread."""
+repeats the ELMo paper's ablations at small scale on a 2-core CPU: two `small` biLMs (English words,
+Chinese characters) trained for about 40 minutes each with the trainer that follows the original
+bilm-tf step for step (docs/TRAINING.md), instead of a 4096-unit model trained for weeks, and sentence
+classifiers trained on 100 to all of a task's training examples, against word2vec on the same corpus
+and a TF-IDF + logistic-regression baseline. Differences are reported pair by pair (same examples,
+same seed) with their spread; where the spread covers a difference, the page says so."""
+
+
+SIZE_ORDER = lambda name: float("inf") if name == "all" else int(name)  # noqa: E731
+ELMO_VARIANTS = ("a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit")
 
 
 def summarize(classifier_dir: str, tasks: list[str], variants: list[str]) -> dict:
-    """Collects every classifier's metrics.json into per-variant mean ± std (sample std over seeds)."""
+    """Every classifier's metrics.json as {task: {variant: {size: row}}}, rows with mean ± std (sample std) over seeds."""
     out = {}
     for task in tasks:
         rows = {}
         for variant in variants:
             vdir = os.path.join(classifier_dir, task, variant)
-            runs = []
-            for name in sorted(os.listdir(vdir)) if os.path.isdir(vdir) else []:
-                path = os.path.join(vdir, name, "metrics.json")
-                if os.path.isfile(path):
-                    runs.append((name, json.load(open(path))))
-            if not runs:
-                continue
-            acc = np.array([m["dev_accuracy"] for _, m in runs])
-            mix = np.array([m["mix_weights"] for _, m in runs])
-            rows[variant] = {
-                "label": VARIANT_LABELS.get(variant, variant),
-                "dev_accuracy_mean": float(acc.mean()),
-                "dev_accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
-                "dev_accuracy_per_seed": [float(a) for a in acc],
-                "seeds": [m["seed"] for _, m in runs],
-                "model_dirs": [os.path.join(task, variant, name) for name, _ in runs],
-                "mix_weights_mean": [float(w) for w in mix.mean(axis=0)],
-                "train_examples": runs[0][1]["train_examples"],
-                "dev_examples": runs[0][1]["dev_examples"],
-                "seconds_per_seed": float(np.mean([m["seconds"] for _, m in runs])),
-            }
-            if "rate_selection" in runs[0][1]:
-                rows[variant]["rate_selection"] = runs[0][1]["rate_selection"]
+            sizes = {}
+            for size_dir in sorted(os.listdir(vdir)) if os.path.isdir(vdir) else []:
+                runs = []
+                for name in sorted(os.listdir(os.path.join(vdir, size_dir))):
+                    path = os.path.join(vdir, size_dir, name, "metrics.json")
+                    if os.path.isfile(path):
+                        runs.append((name, json.load(open(path))))
+                if not runs:
+                    continue
+                acc = np.array([m["dev_accuracy"] for _, m in runs])
+                mix = [m["mix_weights"] for _, m in runs if m.get("mix_weights")]
+                row = {
+                    "dev_accuracy_mean": float(acc.mean()),
+                    "dev_accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
+                    "dev_accuracy_per_seed": {str(m["seed"]): float(m["dev_accuracy"]) for _, m in runs},
+                    "model_dirs": [os.path.join(task, variant, size_dir, name) for name, _ in runs],
+                    "mix_weights_mean": [float(w) for w in np.mean(mix, axis=0)] if mix else [],
+                    "train_examples": runs[0][1]["train_examples"],
+                    "dev_examples": runs[0][1]["dev_examples"],
+                    "seconds_per_seed": float(np.mean([m["seconds"] for _, m in runs])),
+                }
+                if "rate_selection" in runs[0][1]:
+                    row["rate_selection"] = runs[0][1]["rate_selection"]
+                if "C" in runs[0][1]:
+                    row["C_per_seed"] = [m["C"] for _, m in runs]
+                sizes[runs[0][1]["size"]] = row
+            if sizes:
+                rows[variant] = dict(sorted(sizes.items(), key=lambda kv: SIZE_ORDER(kv[0])))
         out[task] = rows
+    return out
+
+
+def paired(rows: dict, first: str, second: str, size: str) -> dict | None:
+    """first - second at `size` over the seeds both have (same examples and initialisation seed): mean, sample std,
+    95 % t-interval of the mean, and a verdict ("no difference" when the interval covers 0)."""
+    if size not in rows.get(first, {}) or size not in rows.get(second, {}):
+        return None
+    a, b = rows[first][size]["dev_accuracy_per_seed"], rows[second][size]["dev_accuracy_per_seed"]
+    seeds = sorted(set(a) & set(b), key=int)
+    if len(seeds) < 2:
+        return None
+    from scipy import stats
+
+    d = np.array([a[k] - b[k] for k in seeds])
+    half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)))
+    mean = float(d.mean())
+    verdict = "no difference" if abs(mean) <= half else (f"{first} better" if mean > 0 else f"{second} better")
+    return {"first": first, "second": second, "size": size, "seeds": seeds, "diff_mean": mean, "diff_std": float(d.std(ddof=1)),
+            "ci95": [mean - half, mean + half], "verdict": verdict}
+
+
+def best_elmo(rows: dict, size: str) -> str | None:
+    """The ELMo variant with the best mean dev accuracy at `size`."""
+    candidates = [v for v in ELMO_VARIANTS if size in rows.get(v, {})]
+    return max(candidates, key=lambda v: rows[v][size]["dev_accuracy_mean"]) if candidates else None
+
+
+def comparisons(summary: dict) -> dict:
+    """Per task and size: (c) vs (a), (c) vs (b), and the best ELMo variant vs word2vec and vs TF-IDF."""
+    out = {}
+    for task, rows in summary.items():
+        sizes = sorted({s for r in rows.values() for s in r}, key=SIZE_ORDER)
+        out[task] = {}
+        for size in sizes:
+            best = best_elmo(rows, size)
+            pairs = [("c_mix", "a_layer0"), ("c_mix", "b_top")]
+            if best:
+                pairs += [(best, "e_word2vec"), (best, "f_tfidf")]
+            out[task][size] = {"best_elmo": best, "pairs": [p for p in (paired(rows, f, s, size) for f, s in pairs) if p]}
     return out
 
 
@@ -69,59 +119,83 @@ def _plt():
     return plt
 
 
-def plot_curves(curves: dict, path: str) -> None:
+def _window_means(pairs, width: int = 500):
+    """(step, mean perplexity) per window of `width` steps from (step, perplexity) pairs."""
+    steps = np.array([p[0] for p in pairs], float)
+    values = np.array([p[1] for p in pairs], float)
+    edges = np.arange(0, steps.max() + width, width)
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (steps > lo) & (steps <= hi)
+        if sel.any():
+            out.append((hi, float(values[sel].mean())))
+    return out
+
+
+def plot_curves(curves: dict, path: str, reference: dict | None = None, full: dict | None = None) -> None:
+    """Held-out and training perplexity per LM; for English, the original trainer's reference curve beside ours."""
     plt = _plt()
-    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 3.8), squeeze=False)
     for ax, (name, curve) in zip(axes[0], curves.items()):
         pts = curve["points"]
-        ax.plot([p["step"] for p in pts], [p["perplexity"] for p in pts], "o-", label="held-out (full softmax)")
+        ax.plot([p["step"] for p in pts], [p["perplexity"] for p in pts], "o-", ms=3, label="held-out sample (full softmax)")
         if curve.get("train_loss"):
-            steps, losses = zip(*curve["train_loss"])
-            ax.plot(steps, np.exp(np.minimum(losses, 50)), alpha=0.35, label="training (sampled softmax)")
+            ours = _window_means([(step, float(np.exp(min(loss, 50)))) for step, loss in curve["train_loss"]])
+            ax.plot(*zip(*ours), "s-", ms=3, color="C1", label="training, 500-step means (sampled softmax)")
+        if reference and name in reference:
+            ref = _window_means([(int(k), v) for k, v in reference[name]["train"].items()])
+            ax.plot(*zip(*ref), "s--", ms=3, color="C3", label="original bilm-tf, same recipe and corpus")
+            for i, (file, value) in enumerate(reference[name]["heldout"].items()):
+                ax.plot([reference[name]["steps"]], [value], "*", ms=10, color="C3", alpha=0.6 + 0.4 * i,
+                        label=f"original, whole {file}: {value:.1f}")
+        for i, (file, r) in enumerate((full or {}).get(name, {}).items()):
+            ax.plot([pts[-1]["step"]], [r["perplexity"]], "P", ms=9, color="C2", alpha=0.6 + 0.4 * i,
+                    label=f"ours, whole {file}: {r['perplexity']:.1f}")
         ax.set_yscale("log")
-        ax.set_xlabel("training step")
+        ax.set_xlabel("training step (batch 32 x 20 tokens)")
         ax.set_ylabel("perplexity")
-        ax.set_title(f"{name}: {pts[-1]['minutes']:.1f} min, final {pts[-1]['perplexity']:.0f}")
+        ax.set_title(f"{name}: {pts[-1]['step']} steps, {pts[-1]['minutes']:.0f} min", fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_comparison(summary: dict, path: str) -> None:
+def plot_learning_curves(rows: dict, task: str, path: str) -> None:
+    """Dev accuracy against training examples (log scale), one line per variant, mean ± std over seeds."""
     plt = _plt()
-    fig, axes = plt.subplots(1, len(summary), figsize=(6 * len(summary), 4), squeeze=False)
-    for ax, (task, rows) in zip(axes[0], summary.items()):
-        names = list(rows)
-        means = [rows[v]["dev_accuracy_mean"] for v in names]
-        stds = [rows[v]["dev_accuracy_std"] for v in names]
-        x = np.arange(len(names))
-        ax.bar(x, means, yerr=stds, capsize=4, color=[f"C{i}" for i in range(len(names))], alpha=0.8)
-        for i, v in enumerate(names):
-            seeds = rows[v]["dev_accuracy_per_seed"]
-            ax.plot([i] * len(seeds), seeds, "k.", markersize=4)
-        ax.set_xticks(x)
-        ax.set_xticklabels([VARIANT_LABELS.get(v, v) for v in names], rotation=30, ha="right", fontsize=8)
-        lo = min(min(r["dev_accuracy_per_seed"]) for r in rows.values())
-        ax.set_ylim(max(0.0, lo - 0.05), min(1.0, max(means) + max(stds) + 0.04))
-        ax.axhline(0.5, color="gray", lw=0.8, ls=":")
-        ax.set_ylabel("dev accuracy")
-        ax.set_title(f"{task} (bars: mean ± std over seeds; dots: seeds)", fontsize=10)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, (variant, sizes) in enumerate(rows.items()):
+        xs = [r["train_examples"] for r in sizes.values()]
+        means = [100 * r["dev_accuracy_mean"] for r in sizes.values()]
+        stds = [100 * r["dev_accuracy_std"] for r in sizes.values()]
+        style = "--" if variant in ("e_word2vec", "f_tfidf") else "-"
+        ax.errorbar(xs, means, yerr=stds, fmt="o" + style, ms=4, capsize=3, color=f"C{i}", label=VARIANT_LABELS.get(variant, variant))
+    ax.set_xscale("log")
+    ax.set_xlabel("training examples")
+    ax.set_ylabel("dev accuracy (%)")
+    ax.set_title(f"{task}: learning curves (mean ± std over seeds)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def plot_mix_weights(summary: dict, path: str) -> None:
+    """The learned scalar-mix weights (mean over seeds) at each task's largest training size."""
     plt = _plt()
     fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.4), squeeze=False)
     for ax, (task, rows) in zip(axes[0], summary.items()):
         learned = [v for v in ("c_mix", "d_finetune_plain", "d_finetune_ulmfit") if v in rows]
-        n = len(rows[learned[0]]["mix_weights_mean"]) if learned else 0
         width = 0.8 / max(1, len(learned))
+        n = 0
         for i, v in enumerate(learned):
-            ax.bar(np.arange(n) + i * width, rows[v]["mix_weights_mean"], width, label=VARIANT_LABELS[v])
+            size = max(rows[v], key=SIZE_ORDER)
+            weights = rows[v][size]["mix_weights_mean"]
+            n = len(weights)
+            ax.bar(np.arange(n) + i * width, weights, width, label=f"{VARIANT_LABELS[v]}, n={size}")
         ax.set_xticks(np.arange(n) + width * (len(learned) - 1) / 2)
         ax.set_xticklabels(["layer 0 (tokens)"] + [f"LSTM {l}" for l in range(1, n)])
         ax.set_ylabel("softmax mix weight (mean over seeds)")
@@ -161,65 +235,131 @@ def _fmt(row: dict) -> str:
     return f"{100 * row['dev_accuracy_mean']:.1f} ± {100 * row['dev_accuracy_std']:.1f}"
 
 
+def _pp(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def headline(task: str, rows: dict, comps: dict) -> list[str]:
+    """One line per size: the best ELMo variant against word2vec and TF-IDF, in words (paired verdicts)."""
+    lines = []
+    for size, c in comps.items():
+        best = c["best_elmo"]
+        if not best:
+            continue
+        parts = []
+        for p in c["pairs"]:
+            if p["first"] != best or p["second"] not in ("e_word2vec", "f_tfidf"):
+                continue
+            other = VARIANT_LABELS[p["second"]]
+            if p["verdict"] == "no difference":
+                word = "no difference from"
+            else:
+                word = "beats" if p["diff_mean"] > 0 else "trails"
+            parts.append(f"{word} {other} ({_pp(p['diff_mean'])} points, 95 % interval {_pp(p['ci95'][0])} to {_pp(p['ci95'][1])})")
+        n = rows[best][size]["train_examples"]
+        lines.append(f"* `{task}`, {n:,} examples: best ELMo variant {VARIANT_LABELS[best]} ({_fmt(rows[best][size])} %) "
+                     + "; ".join(parts) + ".")
+    return lines
+
+
 def write_markdown(path: str, results: dict, images: dict) -> None:
     s = results["setup"]
+    lm = results["lm"]
     lines = ["# Results: what elmo_tf's embeddings buy on small sentiment tasks", "", FRAMING, ""]
     lines += ["## Set-up (this run)", ""]
     lines += ["| | English | Chinese |", "|---|---|---|"]
-    lm = results["lm"]
-    lines.append(f"| biLM (`{s['preset']}` preset) trained | {lm['en']['steps']} steps, {lm['en']['minutes']:.1f} min, "
-                 f"{lm['en']['tokens_seen']:,} tokens | {lm['zh']['steps']} steps, {lm['zh']['minutes']:.1f} min, "
+    lines.append(f"| biLM (`{s['preset']}` preset) trained | {lm['en']['steps']:,} steps, {lm['en']['minutes']:.0f} min, "
+                 f"{lm['en']['tokens_seen']:,} tokens | {lm['zh']['steps']:,} steps, {lm['zh']['minutes']:.0f} min, "
                  f"{lm['zh']['tokens_seen']:,} tokens |")
-    lines.append(f"| LM corpus (`data/`) | {lm['en']['train_lines']:,} sentences, words | "
+    lines.append(f"| LM corpus | {lm['en']['train_lines']:,} sentences, words | "
                  f"{lm['zh']['train_lines']:,} sentences, characters (`cjk_chars`) |")
-    lines.append(f"| held-out perplexity (sample of {lm['en']['heldout_tokens']:,} / {lm['zh']['heldout_tokens']:,} tokens) | "
+    lines.append(f"| held-out perplexity, curve sample ({lm['en']['heldout_tokens']:,} / {lm['zh']['heldout_tokens']:,} tokens) | "
                  f"{lm['en']['heldout_perplexity']:.1f} | {lm['zh']['heldout_perplexity']:.1f} |")
+    for lang in ("en", "zh"):
+        for file, r in lm[lang].get("heldout_full", {}).items():
+            cells = ["", ""]
+            cells[0 if lang == "en" else 1] = (f"{r['perplexity']:.1f} (forward {r['perplexity_forward']:.1f}, backward "
+                                               f"{r['perplexity_backward']:.1f}; {r['tokens']:,} tokens)")
+            lines.append(f"| whole `{file}`, from a zero state | {cells[0]} | {cells[1]} |")
+    ref = results.get("reference")
+    if ref:
+        lines.append(f"| original bilm-tf, same recipe and corpus, {ref['steps']:,} steps | "
+                     + ", ".join(f"`{f}` {v:.1f}" for f, v in ref["heldout"].items()) + " | |")
     w2v = results["word2vec"]
     lines.append(f"| word2vec (gensim skip-gram, same corpus and tokens) | {w2v['en']['vocab_size']:,} words × {w2v['en']['dim']}, "
                  f"{w2v['en']['epochs']} epochs | {w2v['zh']['vocab_size']:,} tokens × {w2v['zh']['dim']}, {w2v['zh']['epochs']} epochs |")
-    for task in results["tasks"]:
-        any_row = next(iter(results["tasks"][task].values()))
-        lines.append(f"| task `{task}` | {any_row['train_examples']} training / {any_row['dev_examples']} dev examples | |")
+    for task, rows in results["tasks"].items():
+        largest = max((r for v in rows.values() for r in v.values()), key=lambda r: r["train_examples"])
+        lines.append(f"| task `{task}` | up to {largest['train_examples']:,} training / {largest['dev_examples']:,} dev examples | |")
     b = s["budget"]
-    lines += ["", f"Classifier: mean of each layer over the sentence's tokens, standardised per layer and dimension with the "
-              f"training set's statistics, scalar mix, dropout {b['dropout']}, "
-              f"dense {b['hidden']} ReLU, softmax; frozen variants: {b['head_epochs']} epochs (Adam {b['head_learning_rate']}) "
-              f"on features computed once through `hub.KerasLayer`; (d): the (c) classifier of the same seed, then biLM + head "
-              f"for {b['ft_epochs']} epochs (plain: one constant rate, every layer; ULMFiT: slanted triangular schedule to the "
-              f"rate, rate / 2.6 per layer down, one more layer unfrozen every quarter of the steps), batch {b['batch_size']}, "
-              f"gradient norm clipped to 1. Texts cut to {b['max_tokens_en']} (English) / {b['max_tokens_zh']} (Chinese) tokens. "
-              f"Seeds {s['seeds']} change the head's initialisation, dropout and batch order; the training subset is fixed.", ""]
+    lines += ["", f"Classifiers (a)-(c), (e): mean of each layer over the sentence's tokens, standardised per layer and dimension "
+              f"with the training examples' statistics, scalar mix, dropout {b['dropout']}, dense {b['hidden']} ReLU, softmax; "
+              f"at least {b['head_epochs']} epochs and {b['min_head_steps']} updates (Adam {b['head_learning_rate']}) on features "
+              f"computed once through `hub.KerasLayer`. (d): the (c) classifier of the same size and seed, then biLM + head for "
+              f"{b['ft_epochs']} epochs (plain: one constant rate, every layer; ULMFiT: slanted triangular schedule, rate / 2.6 per "
+              f"layer down, gradual unfreezing), batch {b['batch_size']}, gradient norm clipped to 1. (f): scikit-learn "
+              "`TfidfVectorizer` (word 1-2-grams of the texts' own tokens, sublinear tf) and `LogisticRegressionCV` (C chosen by "
+              f"5-fold cross-validation on the training examples), on the full texts. ELMo and word2vec see texts cut to "
+              f"{b['max_tokens_en']} (English) / {b['max_tokens_zh']} (Chinese) tokens. Seeds {s['seeds']}: a seed fixes the "
+              "training subset of each size (the same for every variant) and the classifier's initialisation, dropout and batch "
+              f"order; (d) ran at sizes {s['ft_sizes']} with seeds {s['ft_seeds']}.", ""]
     tasks = list(results["tasks"])
-    selections = [(t, v, r["rate_selection"]) for t in tasks for v, r in results["tasks"][t].items() if "rate_selection" in r]
+    lines += ["## What the run shows", ""]
+    for task in tasks:
+        lines += headline(task, results["tasks"][task], results["comparisons"][task])
+    lines.append("")
+    for task in tasks:
+        rows = results["tasks"][task]
+        sizes = sorted({sz for r in rows.values() for sz in r}, key=SIZE_ORDER)
+        n_of = {sz: next(r[sz]["train_examples"] for r in rows.values() if sz in r) for sz in sizes}
+        lines += [f"## Learning curve: `{task}` (dev accuracy %, mean ± std over seeds)", "",
+                  "| variant | " + " | ".join(f"{n_of[sz]:,}" for sz in sizes) + " |", "|---|" + "---|" * len(sizes)]
+        for v, r in rows.items():
+            lines.append(f"| {VARIANT_LABELS.get(v, v)} | " + " | ".join(_fmt(r[sz]) if sz in r else "—" for sz in sizes) + " |")
+        lines += ["", f"![learning curve {task}]({images['learning_' + task]})", ""]
+    lines += ["## Paired comparisons", "",
+              "Differences in dev accuracy (points) between two variants trained on the same examples with the same seed: mean "
+              "± std over seeds and the 95 % t-interval of the mean; \"no difference\" where that interval covers 0.", "",
+              "| task | examples | comparison | difference | 95 % interval | verdict |", "|---|---|---|---|---|---|"]
+    for task in tasks:
+        rows = results["tasks"][task]
+        for size, c in results["comparisons"][task].items():
+            for p in c["pairs"]:
+                n = rows[p["first"]][size]["train_examples"]
+                verdict = p["verdict"].replace(p["first"], VARIANT_LABELS[p["first"]][:3]).replace(p["second"], VARIANT_LABELS[p["second"]][:3])
+                lines.append(f"| {task} | {n:,} | {VARIANT_LABELS[p['first']]} − {VARIANT_LABELS[p['second']]} | "
+                             f"{_pp(p['diff_mean'])} ± {100 * p['diff_std']:.1f} | {_pp(p['ci95'][0])} to {_pp(p['ci95'][1])} | "
+                             f"{verdict} |")
+    lines.append("")
+    selections = [(t, v, sz, r["rate_selection"]) for t in tasks for v, rs in results["tasks"][t].items()
+                  for sz, r in rs.items() if "rate_selection" in r]
     if selections:
-        rates = selections[0][2]["rates"]
-        lines += ["Fine-tuning rate of each (d) variant, chosen before any dev example is seen: the (c) head is trained on four "
-                  "fifths of the training examples, biLM + head are fine-tuned from it with each rate, and the rate with the "
-                  "best accuracy on the remaining fifth is used for every seed (accuracy % on that fifth):", "",
-                  "| task | variant | " + " | ".join(f"rate {r:g}" for r in rates) + " | chosen |",
-                  "|---|---|" + "---|" * (len(rates) + 1)]
-        for t, v, sel in selections:
+        rates = selections[0][3]["rates"]
+        lines += ["## Fine-tuning rates", "",
+                  "Each (d) variant's rate at each size is chosen before any dev example is seen: the (c) head is trained on "
+                  "four fifths of seed 0's training examples, biLM + head are fine-tuned from it with each rate, and the rate "
+                  "with the best accuracy on the remaining fifth is used for every seed (accuracy % on that fifth):", "",
+                  "| task | variant | examples | " + " | ".join(f"rate {r:g}" for r in rates) + " | chosen |",
+                  "|---|---|---|" + "---|" * (len(rates) + 1)]
+        for t, v, sz, sel in selections:
             acc = sel["held_out_accuracy"]
-            lines.append(f"| {t} | {VARIANT_LABELS.get(v, v)} | " + " | ".join(f"{100 * acc[f'{r:g}']:.1f}" for r in rates)
+            lines.append(f"| {t} | {VARIANT_LABELS.get(v, v)} | {sz} | " + " | ".join(f"{100 * acc[f'{r:g}']:.1f}" for r in rates)
                          + f" | {sel['chosen']:g} |")
         lines.append("")
-    lines += ["## Dev accuracy (%), mean ± std over seeds", ""]
-    lines += ["| variant | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
-    variants = list(dict.fromkeys(v for t in tasks for v in results["tasks"][t]))
-    for v in variants:
-        cells = [_fmt(results["tasks"][t][v]) if v in results["tasks"][t] else "—" for t in tasks]
-        lines.append(f"| {VARIANT_LABELS.get(v, v)} | " + " | ".join(cells) + " |")
-    lines += ["", f"![comparison]({images['comparison']})", ""]
-    lines += ["## Learned mix weights (softmax, mean over seeds)", "",
+    lines += ["## Learned mix weights (softmax, mean over seeds, largest size)", "",
               "| task | variant | " + " | ".join(["layer 0"] + [f"LSTM {l}" for l in range(1, s["num_layers"])]) + " |",
               "|---|---|" + "---|" * s["num_layers"]]
     for t in tasks:
         for v in ("c_mix", "d_finetune_plain", "d_finetune_ulmfit"):
             if v in results["tasks"][t]:
-                w = results["tasks"][t][v]["mix_weights_mean"]
-                lines.append(f"| {t} | {VARIANT_LABELS[v]} | " + " | ".join(f"{x:.3f}" for x in w) + " |")
+                size = max(results["tasks"][t][v], key=SIZE_ORDER)
+                w = results["tasks"][t][v][size]["mix_weights_mean"]
+                lines.append(f"| {t} | {VARIANT_LABELS[v]} (n={size}) | " + " | ".join(f"{x:.3f}" for x in w) + " |")
     lines += ["", f"![mix weights]({images['mix_weights']})", ""]
-    lines += ["## Perplexity while training", "", f"![perplexity]({images['curves']})", ""]
+    lines += ["## Perplexity while training", "",
+              "Held-out perplexity on the curve's sample (full softmax, from a zero state as the exported module starts), "
+              "training perplexity (sampled softmax) as 500-step means, and for English the original bilm-tf trainer's "
+              "curve and held-out figures with the same recipe and corpus.", "", f"![perplexity]({images['curves']})", ""]
     lines += ["## Polysemy: one word, two senses, per layer", "",
               "Cosine similarity of the word's vectors within a sense and between senses, and leave-one-out "
               "nearest-centroid accuracy (0.5 = chance; layer 0 is context-free, so every occurrence has the same vector).", "",
@@ -240,7 +380,8 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
     t = results["timings"]
     lines.append("* Wall time per stage (minutes): " + ", ".join(f"{k} {v / 60:.1f}" for k, v in t.items()) +
                  f"; total {sum(t.values()) / 60:.1f} (machine: {s['machine']}).")
-    lines.append("* Every classifier is saved under `runs/eval/classifiers/` (not in git); `results.json` there (copy: "
+    lines.append(f"* Command: `{s['command']}`.")
+    lines.append("* Every classifier is saved under the run folder's `classifiers/` (not in git); `results.json` there (copy: "
                  "`docs/results/results.json`) names each variant's model folders.")
     lines.append("")
     with open(path, "w", encoding="utf-8") as f:

@@ -171,11 +171,12 @@ def trained(tmp_path_factory):
         (root / f"{split}.tsv").write_text("label\tvalence\ttext\n" + "".join(f"{l}\t0.0\t{t}\n" for l, t in _sentences(n, seed)))
     spec = {
         "task": "toy", "out_dir": str(root / "classifiers"), "train": str(root / "train.tsv"), "dev": str(root / "dev.tsv"),
-        "module": module, "word2vec": str(w2v), "tokenizer": "whitespace", "seeds": [0],
+        "module": module, "word2vec": str(w2v), "tokenizer": "whitespace",
+        "seeds": [0, 1], "sizes": [20, 0], "ft_sizes": [0], "ft_seeds": [0],
         # d_finetune_plain runs the same code as d_finetune_ulmfit with another FineTuneConfig (checked above).
-        "variants": ["a_layer0", "b_top", "c_mix", "d_finetune_ulmfit", "e_word2vec"],
-        "budget": {"train_examples": 0, "dev_examples": 0, "max_tokens": 6, "batch_size": 8, "hidden": 8, "dropout": 0.1,
-                   "head_epochs": 3, "head_learning_rate": 0.01, "ft_epochs": 1, "ft_learning_rates": [0.001, 0.0001]},
+        "variants": ["a_layer0", "b_top", "c_mix", "d_finetune_ulmfit", "e_word2vec", "f_tfidf"],
+        "budget": {"dev_examples": 0, "max_tokens": 6, "batch_size": 8, "hidden": 8, "dropout": 0.1, "head_epochs": 3,
+                   "min_head_steps": 4, "head_learning_rate": 0.01, "ft_epochs": 1, "ft_learning_rates": [0.001, 0.0001]},
     }
     (root / "spec.json").write_text(json.dumps(spec))
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=str(REPO))
@@ -187,14 +188,14 @@ def trained(tmp_path_factory):
 
 def test_finetuning_rate_is_chosen_on_held_out_training_examples(trained):
     root, _ = trained
-    selection = json.loads((root / "classifiers" / "rate_selection_d_finetune_ulmfit.json").read_text())
+    selection = json.loads((root / "classifiers" / "rate_selection_d_finetune_ulmfit_nall.json").read_text())
     assert selection["rates"] == [0.001, 0.0001]
     assert (selection["fit_examples"], selection["held_out_examples"]) == (32, 8)
     acc = selection["held_out_accuracy"]
     assert set(acc) == {"0.001", "0.0001"} and all(a in {k / 8 for k in range(9)} for a in acc.values())
     best = max(acc.values())
     assert selection["chosen"] == next(r for r in selection["rates"] if acc[f"{r:g}"] == best)  # ties: first listed
-    metrics = json.loads((root / "classifiers" / "d_finetune_ulmfit" / "seed0" / "metrics.json").read_text())
+    metrics = json.loads((root / "classifiers" / "d_finetune_ulmfit" / "nall" / "seed0" / "metrics.json").read_text())
     assert metrics["finetune"]["learning_rate"] == selection["chosen"] and metrics["rate_selection"] == selection
     assert metrics["finetune"]["total_steps"] == 5  # the full 40 examples, batch 8, one epoch
 
@@ -237,14 +238,54 @@ def _dev(root):
 def test_every_variant_is_saved_with_metrics(trained):
     root, _ = trained
     for variant in ("a_layer0", "b_top", "c_mix", "d_finetune_ulmfit", "e_word2vec"):
-        metrics = json.loads((root / "classifiers" / variant / "seed0" / "metrics.json").read_text())
+        metrics = json.loads((root / "classifiers" / variant / "nall" / "seed0" / "metrics.json").read_text())
         assert metrics["variant"] == variant and metrics["dev_examples"] == 24 and metrics["train_examples"] == 40
         assert 0.0 <= metrics["dev_accuracy"] <= 1.0
         assert len(metrics["mix_weights"]) == (1 if variant == "e_word2vec" else 3)
-    a = json.loads((root / "classifiers" / "a_layer0" / "seed0" / "metrics.json").read_text())
+    a = json.loads((root / "classifiers" / "a_layer0" / "nall" / "seed0" / "metrics.json").read_text())
     assert a["mix_weights"] == [1.0, 0.0, 0.0]
-    ulmfit = json.loads((root / "classifiers" / "d_finetune_ulmfit" / "seed0" / "metrics.json").read_text())
+    ulmfit = json.loads((root / "classifiers" / "d_finetune_ulmfit" / "nall" / "seed0" / "metrics.json").read_text())
     assert ulmfit["finetune"]["discriminative_decay"] == 2.6 and ulmfit["finetune"]["schedule"] == "slanted_triangular"
+
+
+def test_learning_curve_sizes_share_examples_across_variants(trained):
+    """Each (size, seed) is trained on the same subset by every variant, so variants can be compared pair by pair."""
+    root, _ = trained
+    from evaluation.downstream import subset
+
+    for seed in (0, 1):
+        for variant in ("a_layer0", "c_mix", "e_word2vec", "f_tfidf"):
+            metrics = json.loads((root / "classifiers" / variant / "n20" / f"seed{seed}" / "metrics.json").read_text())
+            assert metrics["train_examples"] == 20 and metrics["size"] == "20" and metrics["seed"] == seed
+    first, second = subset(40, 20, 0), subset(40, 20, 1)
+    assert len(first) == len(set(first)) == 20 and not np.array_equal(first, second)
+    assert np.array_equal(subset(40, 0, 3), np.arange(40)) and np.array_equal(subset(40, 99, 3), np.arange(40))
+    # The head gets at least min_head_steps updates: 20 examples, batch 8 -> 3 batches per epoch, 3 epochs = 9 >= 4.
+    c = json.loads((root / "classifiers" / "c_mix" / "n20" / "seed0" / "metrics.json").read_text())
+    assert len(c["loss_per_epoch"]) == 3
+
+
+def test_tfidf_baseline_learns_the_label_words(trained):
+    """(f) on the toy task, where one of 8 words decides the label: TF-IDF + logistic regression learns it from 40 examples
+    (chance is 0.5; 0.83 was measured)."""
+    root, _ = trained
+    metrics = json.loads((root / "classifiers" / "f_tfidf" / "nall" / "seed0" / "metrics.json").read_text())
+    assert metrics["dev_accuracy"] >= 0.75 and metrics["C"] in (0.1, 0.3, 1, 3, 10, 30, 100)
+
+
+def test_paired_comparison_against_a_hand_computation():
+    from evaluation import report
+
+    rows = {"c_mix": {"100": {"dev_accuracy_per_seed": {"0": 0.70, "1": 0.72, "2": 0.74}}},
+            "a_layer0": {"100": {"dev_accuracy_per_seed": {"0": 0.60, "1": 0.63, "2": 0.66, "3": 0.9}}}}
+    p = report.paired(rows, "c_mix", "a_layer0", "100")
+    d = np.array([0.10, 0.09, 0.08])  # seed 3 has no partner and is left out
+    half = 4.302652729911275 * d.std(ddof=1) / np.sqrt(3)  # t(0.975, 2 degrees of freedom)
+    assert p["seeds"] == ["0", "1", "2"]
+    assert p["diff_mean"] == pytest.approx(0.09) and p["diff_std"] == pytest.approx(0.01)
+    assert p["ci95"] == pytest.approx([0.09 - half, 0.09 + half]) and p["verdict"] == "c_mix better"
+    rows["a_layer0"]["100"]["dev_accuracy_per_seed"] = {"0": 0.80, "1": 0.62, "2": 0.70}
+    assert report.paired(rows, "c_mix", "a_layer0", "100")["verdict"] == "no difference"  # diffs -0.10, +0.10, +0.04
 
 
 def _elmo_pooled(module_dir, texts, model_dir=None):
@@ -265,12 +306,12 @@ def _elmo_pooled(module_dir, texts, model_dir=None):
 
 
 def _metrics(root, variant):
-    return json.loads((root / "classifiers" / variant / "seed0" / "metrics.json").read_text())
+    return json.loads((root / "classifiers" / variant / "nall" / "seed0" / "metrics.json").read_text())
 
 
 def test_evaluate_classifier_matches_direct_computation(trained):
     root, module_dir = trained
-    model_dir = root / "classifiers" / "c_mix" / "seed0"
+    model_dir = root / "classifiers" / "c_mix" / "nall" / "seed0"
     proc = _evaluate_cli(model_dir, root / "dev.tsv")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -285,7 +326,7 @@ def test_evaluate_classifier_matches_direct_computation(trained):
 
 def test_fine_tuned_classifier_accuracy_matches_direct_computation(trained):
     root, module_dir = trained
-    model_dir = root / "classifiers" / "d_finetune_ulmfit" / "seed0"
+    model_dir = root / "classifiers" / "d_finetune_ulmfit" / "nall" / "seed0"
     labels, texts = _dev(root)
     pooled = _elmo_pooled(module_dir, [" ".join(t.split()[:6]) for t in texts], model_dir)
     expected = float((_head_numpy(model_dir, pooled).argmax(-1) == labels).mean())
@@ -300,7 +341,7 @@ def test_fine_tuned_classifier_accuracy_matches_direct_computation(trained):
 
 def test_word2vec_classifier_accuracy_matches_direct_computation(trained):
     root, _ = trained
-    model_dir = root / "classifiers" / "e_word2vec" / "seed0"
+    model_dir = root / "classifiers" / "e_word2vec" / "nall" / "seed0"
     labels, texts = _dev(root)
     vocab = {w: i for i, w in enumerate(WORDS[:-2])}
     vectors = np.load(root / "w2v" / "vectors.npy")

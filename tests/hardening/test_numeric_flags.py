@@ -70,20 +70,24 @@ COMMANDS = {
     "evaluate": (("path", "evaluate.py"), {
         **{name: (POSITIVE, SIZE_BAD) for name in ("lm_steps_en", "lm_steps_zh", "eval_every", "heldout_sentences",
                                                    "w2v_dim", "w2v_epochs", "max_tokens_en", "max_tokens_zh",
-                                                   "batch_size", "hidden", "head_epochs", "ft_epochs")},
-        **{name: (NON_NEGATIVE, ["-1", str(2**31)]) for name in ("train_examples", "dev_examples")},
+                                                   "batch_size", "hidden", "head_epochs", "min_head_steps",
+                                                   "ft_epochs")},
+        "dev_examples": (NON_NEGATIVE, ["-1", str(2**31)]),
         "seed": (SEED, ["-1", str(2**32)]),
         "seeds": (SEED, ["-1", "0,x", "0,4294967296", ""]),
+        "ft_seeds": (SEED, ["-1", "0,x", "0,4294967296"]),
+        "sizes": (NON_NEGATIVE, ["-1", "100,x", "100,2147483648", ""]),
+        "ft_sizes": (NON_NEGATIVE, ["-1", "100,1.5"]),
         "lm_max_minutes": ("a finite number > 0", ["0", "-1", "inf"]),
         "dropout": ("a number in the range [0, 1)", ["-0.5", "1", "2"]),
         "head_learning_rate": ("a number in the range (0, 1)", ["0", "-1e-3", "1", "2"]),
         "ft_learning_rates": ("a number in the range (0, 1)", ["0", "1e-4,1", "5e-4,x", ""]),
-    }, [[], ["--train_examples=0", "--dev_examples=0", "--seeds=0,4294967295", "--ft_learning_rates=0.9",
-             "--dropout=0", "--lm_max_minutes=0.01"]]),
+    }, [[], ["--sizes=0,2147483647", "--ft_sizes=", "--ft_seeds=", "--dev_examples=0", "--seeds=0,4294967295",
+             "--ft_learning_rates=0.9", "--dropout=0", "--lm_max_minutes=0.01"]]),
 }
 # Flags holding lists of numbers (absl has no type for them; the others are found by their parser).
 NUMBER_LISTS = {"export": {"mix_weights"}, "embed": {"mix_weights"}, "embed_beam": {"mix_weights"},
-                "evaluate": {"seeds", "ft_learning_rates"}}
+                "evaluate": {"seeds", "ft_learning_rates", "sizes", "ft_sizes", "ft_seeds"}}
 
 BAD = [(command, flag, value) for command, (_, table, _) in COMMANDS.items() for flag, (_, values) in table.items()
        for value in values]
