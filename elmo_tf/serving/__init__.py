@@ -6,6 +6,8 @@ One job per module:
   json_codec.py   JSON <-> arrays for predict requests and responses (TF Serving's REST conventions)
   batcher.py      merges concurrent predict requests of one signature into one model call
   registry.py     which models and versions are served (TF Serving's servable manager), one batcher per version
+  metrics.py      TF Serving's Prometheus metrics (request counts, latency, batch sizes, queue depth) and
+                  its --monitoring_config_file
   http_server.py  the HTTP layer: routes, status codes, connections, shutdown (the API is described there)
 
 `from elmo_tf import serving` gives the public API: `ServedModel`, `ModelRegistry`, `ModelServer`, `ServerOptions`, `Batcher`,
