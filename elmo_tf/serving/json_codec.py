@@ -277,7 +277,11 @@ def _jsonable(name: str, array: np.ndarray):
 
 
 def predict_response(request_format: str, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Outputs -> {"predictions": [...]} (row format) or {"outputs": ...} (columnar), as TF Serving writes them."""
+    """Outputs -> {"predictions": [...]} (row format) or {"outputs": ...} (columnar), as TF Serving writes them.
+
+    Floats are Python floats here (float32 values widened to double); `predict_response_body` writes the
+    response text with TF Serving's float notation.
+    """
     names = sorted(outputs)
     if request_format == "columnar":
         if len(names) == 1:
