@@ -68,6 +68,10 @@ class ServeError(Exception):
         self.headers = headers or {}
 
 
+class MonitoringConfigError(ValueError):
+    """A `--monitoring_config_file` that cannot be read or is not a MonitoringConfig text proto."""
+
+
 class InputError(Exception):
     """Inputs or outputs that cannot be used as given (reported on one line, exit status 2)."""
 

@@ -6,16 +6,25 @@ One job per module:
   json_codec.py   JSON <-> arrays for predict requests and responses (TF Serving's REST conventions)
   batcher.py      merges concurrent predict requests of one signature into one model call
   registry.py     which models and versions are served (TF Serving's servable manager), one batcher per version
+  metrics.py      TF Serving's Prometheus metrics (request counts, latency, batch sizes, queue depth) and
+                  its --monitoring_config_file
   http_server.py  the HTTP layer: routes, status codes, connections, shutdown (the API is described there)
 
 `from elmo_tf import serving` gives the public API: `ServedModel`, `ModelRegistry`, `ModelServer`, `ServerOptions`, `Batcher`,
-`Signature`, `resolve_model_dir`, `parse_predict_request`, `predict_response`, `json_to_array`. The errors
-(`ServeError`, `ModelDirError`) are in elmo_tf/errors.py; the command line is elmo_tf/commands/serve.py.
+`Signature`, `resolve_model_dir`, `parse_predict_request`, `predict_response`, `predict_response_body`,
+`json_to_array`. The errors (`ServeError`, `ModelDirError`) are in elmo_tf/errors.py; the command line is
+elmo_tf/commands/serve.py.
 """
 
 from elmo_tf.serving.batcher import Batcher
 from elmo_tf.serving.http_server import ModelServer, ServerOptions
-from elmo_tf.serving.json_codec import DEFAULT_SIGNATURE, json_to_array, parse_predict_request, predict_response
+from elmo_tf.serving.json_codec import (
+    DEFAULT_SIGNATURE,
+    json_to_array,
+    parse_predict_request,
+    predict_response,
+    predict_response_body,
+)
 from elmo_tf.serving.model import SEQUENCE_LEN, ServedModel, Signature, resolve_model_dir
 from elmo_tf.serving.registry import LoadedVersion, ModelRegistry
 
@@ -32,5 +41,6 @@ __all__ = [
     "json_to_array",
     "parse_predict_request",
     "predict_response",
+    "predict_response_body",
     "resolve_model_dir",
 ]

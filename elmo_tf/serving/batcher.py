@@ -70,6 +70,8 @@ class Batcher:
         could never fit).
       max_batch_tokens: most token positions (rows x the longest row's tokens, see `Signature.row_tokens`) in
         one model call; a request over it fails with 413. None: no bound.
+      on_batch: optional callable given the number of rows of each model call before it runs (metrics);
+        called on the worker thread, so it must be quick; an exception it raises is logged and ignored.
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class Batcher:
         timeout_s: float = 0.005,
         max_queued_rows: int = 2048,
         max_batch_tokens: Optional[int] = None,
+        on_batch: Optional[Callable[[int], None]] = None,
     ):
         if max_batch_size < 1 or max_queued_rows < 1 or timeout_s < 0 or (max_batch_tokens or 1) < 1:
             raise ValueError(
@@ -87,6 +90,7 @@ class Batcher:
                 f"{max_batch_size}, {max_queued_rows}, {timeout_s}, {max_batch_tokens}."
             )
         self._run_model = run
+        self._on_batch = on_batch
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.timeout_s = timeout_s
@@ -222,6 +226,13 @@ class Batcher:
                 return
             self._run(batch)
 
+    def _report_batch(self, rows: int) -> None:
+        if self._on_batch is not None:
+            try:
+                self._on_batch(rows)
+            except Exception:  # noqa: BLE001 - metrics must never fail a model call
+                logging.exception("The on_batch callback failed.")
+
     def _run(self, batch: list[_Task]) -> None:
         signature = batch[0].signature
         try:
@@ -229,6 +240,7 @@ class Batcher:
                 inputs = batch[0].inputs
             else:
                 inputs = {key: _pad_concat([task.inputs[key] for task in batch]) for key in signature.inputs}
+            self._report_batch(sum(task.rows for task in batch))
             outputs = self._run_model(signature, inputs)
             self.stats["batches"] += 1
             self.stats["tasks"] += len(batch)

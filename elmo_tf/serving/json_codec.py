@@ -5,6 +5,10 @@ A request is {"signature_name": S, "instances": [...]} (row format: one item per
 {"predictions": [...]} or {"outputs": ...} accordingly. String inputs are JSON strings or {"b64": "<base64>"};
 string outputs whose name ends in `_bytes` are written as {"b64": ...}. `signature_name` defaults to
 "serving_default". Every problem of a request raises ServeError(400) with a message naming it.
+
+`predict_response_body` writes the response text with TF Serving's float notation (`json_tensor.cc`
+`WriteDecimal`): "%g" (6 significant digits) when that parses back to the same value, else "%.9g" (float32)
+or "%.17g" (float64); ".0" appended when the text has neither "." nor "e"; bare NaN, Infinity, -Infinity.
 """
 
 from __future__ import annotations
@@ -273,7 +277,11 @@ def _jsonable(name: str, array: np.ndarray):
 
 
 def predict_response(request_format: str, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Outputs -> {"predictions": [...]} (row format) or {"outputs": ...} (columnar), as TF Serving writes them."""
+    """Outputs -> {"predictions": [...]} (row format) or {"outputs": ...} (columnar), as TF Serving writes them.
+
+    Floats are Python floats here (float32 values widened to double); `predict_response_body` writes the
+    response text with TF Serving's float notation.
+    """
     names = sorted(outputs)
     if request_format == "columnar":
         if len(names) == 1:
@@ -288,3 +296,111 @@ def predict_response(request_format: str, outputs: dict[str, np.ndarray]) -> dic
     rows = len(columns[names[0]])
     return {"predictions": [{name: columns[name][i] for name in names} for i in range(rows)]}
 
+
+
+# -- Response text with TF Serving's float notation --------------------------------------------------------
+#
+# The float text is built with printf-style templates: one "%g" or "%.9g" per number (a literal for NaN and
+# infinities), joined into the nested JSON lists, then filled in by a single `%` per row. The choice between
+# the short and the long form is made for the whole array at once with numpy; only the formatting itself
+# runs per number, inside str.__mod__.
+
+_FULL_DIGITS = {np.dtype(np.float32): 9, np.dtype(np.float64): 17}  # std::numeric_limits<T>::max_digits10
+_POWERS_OF_TEN = 10.0 ** np.arange(-64, 65)  # 10**k at [k + 64]; float32 values need -33 <= k <= 51
+_SHORT, _LONG, _LITERAL = 0, 1, 4  # spec codes: +2 for ".0" after the number; literals from _LITERAL on
+_LITERALS = ["0.0", "-0.0", "NaN", "Infinity", "-Infinity"]
+
+
+def _short_round_trips(values: np.ndarray) -> np.ndarray:
+    """Whether "%g" (6 significant digits) of each finite, non-zero float32 value parses back to the same float32.
+
+    Computed without formatting: x rounded to 6 significant digits in float64. For |x| >= 1e-4 the product
+    x * 10**k is exact in float64 (24 + 2.33 k bits, k <= 12), so this is the decimal printf would write; else
+    its error (1e-16) only matters at a 6-digit tie, and a tie never round-trips (it is 5e-7 away from x,
+    more than the half float32 step of 6e-8).
+    """
+    x = np.abs(values.astype(np.float64))
+    shift = 5 - np.floor(np.log10(x)).astype(np.int64)  # 10**shift * x has 6 digits before the point
+    digits = np.rint(x * _POWERS_OF_TEN[shift + 64])
+    # log10 can be off by one next to a power of ten.
+    off = np.flatnonzero((digits < 1e5) | (digits >= 1e6))
+    shift[off] += np.where(digits[off] < 1e5, 1, -1)
+    digits[off] = np.rint(x[off] * _POWERS_OF_TEN[shift[off] + 64])
+    return (digits / _POWERS_OF_TEN[shift + 64]).astype(np.float32) == x.astype(np.float32)
+
+
+def _float_specs(values: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """A printf spec per element of a flat float array (or its literal text: zeros, NaN, infinities), and
+    whether each element takes a value (is not a literal)."""
+    full = _FULL_DIGITS.get(values.dtype)
+    if full is None:  # float16 / bfloat16: their values are exact in float32
+        values, full = values.astype(np.float32), 9
+    table = np.array(["%g", f"%.{full}g", "%g.0", f"%.{full}g.0", *_LITERALS], dtype=object)
+    formatted = np.isfinite(values) & (values != 0)
+    x = values[formatted]
+    if values.dtype == np.float32:
+        short = _short_round_trips(x)
+    else:  # float64: no wider type to compute in, so format and parse back
+        texts = ("%g\n" * x.size % tuple(x.tolist())).split("\n")[:-1]
+        short = np.array(texts, dtype=np.float64) == x
+    # Integral values written without exponent get ".0": below 1e6 for "%g", below 10**full for the long form.
+    integral = (x == np.trunc(x)) & (np.abs(x) < np.where(short, 1e6, 10.0**full))
+    codes = np.full(values.shape, _LITERAL + 2, np.uint8)  # NaN
+    codes[values == 0] = _LITERAL + np.signbit(values[values == 0])
+    codes[np.isinf(values)] = _LITERAL + 3 + np.signbit(values[np.isinf(values)])
+    codes[formatted] = np.where(short, _SHORT, _LONG) + 2 * integral
+    return table[codes].tolist(), formatted
+
+
+def _nest(leaves: list[str], shape: tuple[int, ...]) -> list[str]:
+    """Leaf texts (row-major) -> one JSON list text per item of the first axis of `shape`."""
+    for size in reversed(shape[1:]):
+        leaves = ["[" + ",".join(leaves[i : i + size]) + "]" for i in range(0, len(leaves), size)]
+    return leaves
+
+
+def _row_texts(name: str, array: np.ndarray) -> list[str]:
+    """The JSON text of each item of axis 0 of `array` (ndim >= 1), as TF Serving writes it."""
+    if array.dtype.kind != "f" or array.size == 0:
+        return [json.dumps(row, separators=(",", ":")) for row in _jsonable(name, array)]
+    specs, formatted = _float_specs(array.ravel())
+    templates = _nest(specs, array.shape)
+    values = array.ravel()[formatted].astype(np.float64).tolist()
+    counts = formatted.reshape(array.shape[0], -1).sum(axis=1).tolist()  # values taken by each row's template
+    texts, start = [], 0
+    for template, count in zip(templates, counts):
+        texts.append(template % tuple(values[start : start + count]))
+        start += count
+    return texts
+
+
+def _tensor_text(name: str, array: np.ndarray) -> str:
+    if array.ndim == 0:
+        return _row_texts(name, array.reshape(1))[0]
+    return "[" + ",".join(_row_texts(name, array)) + "]"
+
+
+def predict_response_body(request_format: str, outputs: dict[str, np.ndarray]) -> bytes:
+    """The JSON body of `predict_response(request_format, outputs)`, with floats written as TF Serving writes them.
+
+    Not strict JSON when an output holds NaN or infinities (written bare, as TF Serving does; Python's json
+    module reads them). Raises ServeError(400) as `predict_response` does.
+    """
+    names = sorted(outputs)
+    key = {name: json.dumps(name) for name in names}
+    if request_format == "columnar":
+        if len(names) == 1:
+            return f'{{"outputs":{_tensor_text(names[0], outputs[names[0]])}}}'.encode()
+        fields = ",".join(f"{key[name]}:{_tensor_text(name, outputs[name])}" for name in names)
+        return f'{{"outputs":{{{fields}}}}}'.encode()
+    for name in names:
+        if outputs[name].ndim == 0:
+            raise ServeError(400, f"Output {name!r} has no batch dimension; use the columnar format ('inputs').")
+    columns = {name: _row_texts(name, outputs[name]) for name in names}
+    if len(names) == 1:
+        return ('{"predictions":[' + ",".join(columns[names[0]]) + "]}").encode()
+    rows = [
+        "{" + ",".join(f"{key[name]}:{columns[name][i]}" for name in names) + "}"
+        for i in range(len(columns[names[0]]))
+    ]
+    return ('{"predictions":[' + ",".join(rows) + "]}").encode()
