@@ -65,7 +65,7 @@ flags.DEFINE_string("lm_heldout_en", os.path.join(DATA, "english", "heldout", "*
 flags.DEFINE_string("lm_train_zh", os.path.join(DATA, "chinese", "train", "*.txt"), "Glob of the Chinese LM corpus.")
 flags.DEFINE_string("lm_heldout_zh", os.path.join(DATA, "chinese", "heldout", "*.txt"), "Glob of the Chinese held-out text.")
 flags.DEFINE_integer("lm_steps_en", 5453, "Training steps of the English biLM (batch 32 x 20 tokens; 5,453 = the original's reference run).", lower_bound=1, upper_bound=INT32_MAX)
-flags.DEFINE_integer("lm_steps_zh", 4000, "Training steps of the Chinese biLM.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("lm_steps_zh", 3000, "Training steps of the Chinese biLM.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_float("lm_max_minutes", 60.0, "Time budget per biLM and invocation: training stops earlier (checkpoint kept) and the next invocation continues.")
 flag_checks.check_float("lm_max_minutes", 0, low_open=True)
 flags.DEFINE_integer("eval_every", 250, "Steps between held-out perplexity points.", lower_bound=1, upper_bound=INT32_MAX)
@@ -102,6 +102,8 @@ flags.DEFINE_integer("head_epochs", 40, "Epochs of the head on frozen features (
                      lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("min_head_steps", 300, "Fewest updates of a head on frozen features, whatever the size.", lower_bound=1,
                      upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_head_steps", 3000, "Most updates of a head on frozen features (in whole epochs, at least one): "
+                     "large training sets get fewer epochs.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_float("head_learning_rate", 1e-3, "Adam rate of the head on frozen features, in (0, 1).")
 flag_checks.check_float("head_learning_rate", 0, 1, low_open=True, high_open=True)
 flags.DEFINE_integer("ft_epochs", 2, "Fine-tuning epochs of variants (d).", lower_bound=1, upper_bound=INT32_MAX)
@@ -212,6 +214,7 @@ class Pipeline:
             "dropout": FLAGS.dropout,
             "head_epochs": FLAGS.head_epochs,
             "min_head_steps": FLAGS.min_head_steps,
+            "max_head_steps": FLAGS.max_head_steps,
             "head_learning_rate": FLAGS.head_learning_rate,
             "ft_epochs": FLAGS.ft_epochs,
             "ft_learning_rates": [float(r) for r in FLAGS.ft_learning_rates],

@@ -160,8 +160,11 @@ def run(spec: dict) -> None:
         return feats
 
     def head_epochs(n: int) -> int:
-        """The budget's epochs, more for small sets so that every head gets at least `min_head_steps` updates."""
-        return max(b["head_epochs"], -(-b["min_head_steps"] // -(-n // b["batch_size"])))
+        """The budget's epochs, more for small sets (at least `min_head_steps` updates) and fewer for large ones (at most
+        about `max_head_steps`, never under one epoch)."""
+        batches = -(-n // b["batch_size"])
+        epochs = max(b["head_epochs"], -(-b["min_head_steps"] // batches))
+        return max(1, min(epochs, -(-b["max_head_steps"] // batches)))
 
     def train_frozen(variant, size, seed, idx, clf, encoder):
         started = time.time()

@@ -294,7 +294,8 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
     b = s["budget"]
     lines += ["", f"Classifiers (a)-(c), (e): mean of each layer over the sentence's tokens, standardised per layer and dimension "
               f"with the training examples' statistics, scalar mix, dropout {b['dropout']}, dense {b['hidden']} ReLU, softmax; "
-              f"at least {b['head_epochs']} epochs and {b['min_head_steps']} updates (Adam {b['head_learning_rate']}) on features "
+              f"{b['head_epochs']} epochs, but at least {b['min_head_steps']} and at most about {b['max_head_steps']} updates (Adam "
+              f"{b['head_learning_rate']}), on features "
               f"computed once through `hub.KerasLayer`. (d): the (c) classifier of the same size and seed, then biLM + head for "
               f"{b['ft_epochs']} epochs (plain: one constant rate, every layer; ULMFiT: slanted triangular schedule, rate / 2.6 per "
               f"layer down, gradual unfreezing), batch {b['batch_size']}, gradient norm clipped to 1. (f): scikit-learn "

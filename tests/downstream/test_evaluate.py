@@ -176,7 +176,7 @@ def trained(tmp_path_factory):
         # d_finetune_plain runs the same code as d_finetune_ulmfit with another FineTuneConfig (checked above).
         "variants": ["a_layer0", "b_top", "c_mix", "d_finetune_ulmfit", "e_word2vec", "f_tfidf"],
         "budget": {"dev_examples": 0, "max_tokens": 6, "batch_size": 8, "hidden": 8, "dropout": 0.1, "head_epochs": 3,
-                   "min_head_steps": 4, "head_learning_rate": 0.01, "ft_epochs": 1, "ft_learning_rates": [0.001, 0.0001]},
+                   "min_head_steps": 4, "max_head_steps": 10, "head_learning_rate": 0.01, "ft_epochs": 1, "ft_learning_rates": [0.001, 0.0001]},
     }
     (root / "spec.json").write_text(json.dumps(spec))
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=str(REPO))
@@ -260,9 +260,11 @@ def test_learning_curve_sizes_share_examples_across_variants(trained):
     first, second = subset(40, 20, 0), subset(40, 20, 1)
     assert len(first) == len(set(first)) == 20 and not np.array_equal(first, second)
     assert np.array_equal(subset(40, 0, 3), np.arange(40)) and np.array_equal(subset(40, 99, 3), np.arange(40))
-    # The head gets at least min_head_steps updates: 20 examples, batch 8 -> 3 batches per epoch, 3 epochs = 9 >= 4.
-    c = json.loads((root / "classifiers" / "c_mix" / "n20" / "seed0" / "metrics.json").read_text())
-    assert len(c["loss_per_epoch"]) == 3
+    # Epochs: 3, with at least 4 and at most ~10 updates. 20 examples, batch 8: 3 batches per epoch, 3 epochs (9 updates);
+    # all 40: 5 batches per epoch, so 2 epochs (10 updates) instead of 3.
+    for size, epochs in (("n20", 3), ("nall", 2)):
+        c = json.loads((root / "classifiers" / "c_mix" / size / "seed0" / "metrics.json").read_text())
+        assert len(c["loss_per_epoch"]) == epochs
 
 
 def test_tfidf_baseline_learns_the_label_words(trained):

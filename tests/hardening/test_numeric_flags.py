@@ -70,7 +70,7 @@ COMMANDS = {
     "evaluate": (("path", "evaluate.py"), {
         **{name: (POSITIVE, SIZE_BAD) for name in ("lm_steps_en", "lm_steps_zh", "eval_every", "heldout_sentences",
                                                    "w2v_dim", "w2v_epochs", "max_tokens_en", "max_tokens_zh",
-                                                   "batch_size", "hidden", "head_epochs", "min_head_steps",
+                                                   "batch_size", "hidden", "head_epochs", "min_head_steps", "max_head_steps",
                                                    "ft_epochs")},
         "dev_examples": (NON_NEGATIVE, ["-1", str(2**31)]),
         "seed": (SEED, ["-1", str(2**32)]),
