@@ -19,6 +19,7 @@ raises ConfigError naming the file and what is wrong.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Iterable, Mapping
 
 from elmo_tf.errors import ConfigError
@@ -115,8 +116,12 @@ def _policy(proto) -> VersionPolicy:
 def read_model_config_file(path: str) -> list[ModelConfig]:
     """The models a text-format `ModelServerConfig` file lists (TF Serving's `--model_config_file`)."""
     from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
 
+    try:
+        from tensorflow_serving.config import model_server_config_pb2
+    except ImportError:
+        raise ConfigError(f"--model_config_file {path!r} cannot be read without the tensorflow-serving-api package "
+                          "(TF Serving's config messages): pip install -r requirements.txt.") from None
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -125,7 +130,9 @@ def read_model_config_file(path: str) -> list[ModelConfig]:
     try:
         config = text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
     except text_format.ParseError as e:
-        raise ConfigError(f"--model_config_file {path!r} is not a text-format ModelServerConfig: line {e}") from None
+        reason = re.sub(r"^\d+:\d+ : ", "", str(e))
+        raise ConfigError(f"--model_config_file {path!r} is not a text-format ModelServerConfig: line {e.GetLine()}, "
+                          f"column {e.GetColumn()}: {reason}") from None
     if config.WhichOneof("config") != "model_config_list" or not config.model_config_list.config:
         raise ConfigError(f"--model_config_file {path!r} lists no model: expected model_config_list {{ config {{ "
                           "name: ... base_path: ... }} }}.")

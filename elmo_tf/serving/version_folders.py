@@ -2,8 +2,8 @@
 
 TF Serving counts every folder whose name is a number as a version and loads it as soon as it sees it, so a
 version copied in place (not renamed in whole) can be loaded half-written. Here a folder counts only once it
-holds `saved_model.pb` and, if it has a `variables/` folder, `variables/variables.index` (the two files a
-SavedModel cannot be read without); the registry then also waits until the folder's `fingerprint` (every
+holds `saved_model.pb` and `variables/variables.index` (the two files a TF2 SavedModel cannot be read
+without; `tf.saved_model.save` writes both even for a model without variables); the registry then also waits until the folder's `fingerprint` (every
 file's path, size and modification time) is the same at two successive polls before loading a new version.
 Writing a version under a temporary name and renaming it into place remains the safe way, as with TF Serving.
 """
@@ -36,10 +36,8 @@ class VersionFolder:
 
 def holds_saved_model(path: str) -> bool:
     """Whether `path` has the files a SavedModel cannot be loaded without."""
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return False
-    variables = os.path.join(path, "variables")
-    return not os.path.isdir(variables) or os.path.isfile(os.path.join(variables, "variables.index"))
+    return all(os.path.isfile(os.path.join(path, *parts)) for parts in (("saved_model.pb",),
+                                                                          ("variables", "variables.index")))
 
 
 def fingerprint(path: str) -> tuple[tuple[str, int, int], ...]:
