@@ -266,7 +266,8 @@ class ModelRegistry:
             model.problem = ""
         except OSError as e:
             model.problem = f"the base path {base_path!r} cannot be listed: {e.strerror or e}."
-            logging.warning("Model %s: %s", model.name, model.problem)
+            if not initial:  # at startup the error is reported once, by _check_startup
+                logging.warning("Model %s: %s; serving what is loaded.", model.name, model.problem)
             return
         aspired = model.config.policy.aspired(found)
         with self._lock:
