@@ -1,8 +1,10 @@
 """`python -m elmo_tf.serve` / `elmo-serve`: TF Serving's REST API for an exported module (elmo_tf/serving).
 
-    python -m elmo_tf.serve --model_dir=serving/elmo --port=8501 [--model_name=elmo] [--host=127.0.0.1]
+    python -m elmo_tf.serve --model_base_path=serving/elmo --port=8501 [--model_name=elmo] [--host=127.0.0.1]
+    python -m elmo_tf.serve --model_config_file=models.config --port=8501
 
-The routes and status codes are described in elmo_tf/serving/http_server.py. SIGTERM / SIGINT stop accepting
+As TF Serving, the base paths are watched for new numbered versions (--file_system_poll_wait_seconds); see
+elmo_tf/serving/registry.py and docs/SERVING.md "Versions and model config". The routes and status codes are described in elmo_tf/serving/http_server.py. SIGTERM / SIGINT stop accepting
 connections, finish the requests in flight, and exit with status 0.
 """
 
@@ -15,15 +17,21 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from elmo_tf.commands.flag_checks import INT32_MAX, check_float, run_command
-from elmo_tf.errors import ModelDirError
-from elmo_tf.serving import ModelServer, ServedModel, ServerOptions
+from elmo_tf.errors import ConfigError, ModelDirError
+from elmo_tf.serving import ModelRegistry, ModelServer, ServerOptions, read_model_config_file, single_model_config
 
 FLAGS = flags.FLAGS
 
-# The model.
-flags.DEFINE_string("model_dir", None, "A SavedModel, or a TF Serving base path with numbered version folders "
-                    "(the highest is served), e.g. the --export_dir of `export.py --version=1`.")
-flags.DEFINE_string("model_name", "elmo", "NAME in the URLs /v1/models/NAME...")
+# The models: one (--model_base_path or --model_dir, --model_name) or a TF Serving config file.
+flags.DEFINE_string("model_base_path", None, "A TF Serving base path with numbered version folders (the highest "
+                    "is served, new ones are picked up), e.g. the --export_dir of `export.py --version=1`; or one "
+                    "SavedModel folder.")
+flags.DEFINE_string("model_dir", None, "The same as --model_base_path (its earlier name).")
+flags.DEFINE_string("model_name", "elmo", "NAME in the URLs /v1/models/NAME... (with --model_base_path).")
+flags.DEFINE_string("model_config_file", None, "TF Serving's text-format ModelServerConfig: several models, version "
+                    "policies and labels (docs/SERVING.md); instead of --model_base_path and --model_name.")
+flags.DEFINE_integer("file_system_poll_wait_seconds", 1, "Seconds between looks for new versions under the base "
+                     "paths (0 or less: only at startup).", lower_bound=-INT32_MAX - 1, upper_bound=INT32_MAX)
 # Where to listen.
 flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0 = every interface).")
 flags.DEFINE_integer("port", 8501, "TCP port of the REST API (TF Serving's default is 8501; 0 = any free port).",
@@ -40,12 +48,16 @@ flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request body accepte
                      upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences x tokens of the longest) per "
                      "model call; larger requests get 413.", lower_bound=1, upper_bound=INT32_MAX)
-flags.mark_flag_as_required("model_dir")
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if FLAGS.model_dir and FLAGS.model_base_path:
+        raise app.UsageError("--model_dir is another name of --model_base_path; give one of them.")
+    base_path = FLAGS.model_base_path or FLAGS.model_dir
+    if bool(base_path) == bool(FLAGS.model_config_file):
+        raise app.UsageError("Give either --model_base_path (or --model_dir) or --model_config_file.")
     if not FLAGS.model_name or "/" in FLAGS.model_name or ":" in FLAGS.model_name:
         raise app.UsageError(f"--model_name must be non-empty without '/' or ':'; got {FLAGS.model_name!r}.")
     try:
@@ -61,14 +73,18 @@ def main(argv: list[str]) -> None:
 
     tf.get_logger().setLevel("WARNING")
     try:
-        model = ServedModel(FLAGS.model_dir, FLAGS.model_name)
-    except ModelDirError as e:
-        logging.error("%s", e)
+        configs = (read_model_config_file(FLAGS.model_config_file) if FLAGS.model_config_file
+                   else [single_model_config(FLAGS.model_name, base_path)])
+        registry = ModelRegistry([], options.make_batcher, configs=configs,
+                                 poll_wait_seconds=FLAGS.file_system_poll_wait_seconds)
+    except (ConfigError, ModelDirError) as e:
+        where = f"--model_config_file {FLAGS.model_config_file!r}: " if FLAGS.model_config_file else ""
+        logging.error("%s%s", "" if str(e).startswith("--model_config_file") else where, e)
         raise SystemExit(2) from None
-    model.warm_up()
     try:
-        server = ModelServer(model, FLAGS.host, FLAGS.port, options)
+        server = ModelServer(registry, FLAGS.host, FLAGS.port, options)
     except OSError as e:
+        registry.close()
         logging.error("Cannot listen on %s:%d: %s", FLAGS.host, FLAGS.port, e)
         raise SystemExit(2) from None
 
@@ -76,10 +92,10 @@ def main(argv: list[str]) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     thread = server.serve_in_background()
-    logging.info(
-        "Serving %s version %d (%s), signatures %s, at http://%s:%d/v1/models/%s",
-        model.name, model.version, model.path, sorted(model.signatures), FLAGS.host, server.port, model.name,
-    )
+    for loaded in registry.loaded():
+        logging.info("Serving %s version %d (%s), signatures %s, at http://%s:%d/v1/models/%s", loaded.name,
+                     loaded.version, loaded.model.path, sorted(loaded.model.signatures), FLAGS.host, server.port,
+                     loaded.name)
     while not stop.wait(0.5) and thread.is_alive():
         pass
     logging.info("Shutting down: no new connections; finishing the requests in flight.")

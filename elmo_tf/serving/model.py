@@ -144,13 +144,14 @@ class ServedModel:
     Args:
       model_dir: a SavedModel or a TF Serving base path (see `resolve_model_dir`).
       name: the model's name in the URLs (`/v1/models/NAME`).
+      version: the version number of the SavedModel `model_dir` (then no version folder is looked for).
     """
 
-    def __init__(self, model_dir: str, name: str = "elmo"):
+    def __init__(self, model_dir: str, name: str = "elmo", version: Optional[int] = None):
         if not name or "/" in name or ":" in name:
             raise ValueError(f"`name` must be non-empty without '/' or ':'; received {name!r}.")
         self.name = name
-        self.path, self.version = resolve_model_dir(model_dir)
+        self.path, self.version = resolve_model_dir(model_dir) if version is None else (model_dir, version)
         loaded = load_saved_model(self.path, ModelDirError)
         self._loaded = loaded  # keeps the variables alive
         self.signatures = {key: Signature.from_function(key, fn) for key, fn in loaded.signatures.items()}

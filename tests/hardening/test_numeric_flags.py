@@ -62,8 +62,14 @@ COMMANDS = {
         **{name: (POSITIVE, SIZE_BAD) for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes",
                                                    "max_batch_tokens")},
         "batch_timeout_ms": ("a number in the range [0, 60000]", ["-1", "60001", "inf", "nan"]),
+        # TF Serving's flag is an int32 and every value means something (0: read once, negative: never poll).
+        "file_system_poll_wait_seconds": ("an integer in the range [-2147483648, 2147483647]",
+                                          [str(2**31), str(-2**31 - 1)]),
     }, [["--model_dir=m"], ["--model_dir=m", "--port=0", "--batch_timeout_ms=0"],
-        ["--model_dir=m", "--port=65535", "--batch_timeout_ms=60000", "--max_batch_size=1"]]),
+        ["--model_dir=m", "--port=65535", "--batch_timeout_ms=60000", "--max_batch_size=1"],
+        ["--model_base_path=m", "--file_system_poll_wait_seconds=-2147483648"],
+        ["--model_config_file=m.config", "--file_system_poll_wait_seconds=2147483647"],
+        ["--model_dir=m", "--file_system_poll_wait_seconds=0"]]),
     "evaluate_classifier": (("module", "elmo_tf.evaluate_classifier"), {
         "batch_size": (POSITIVE, SIZE_BAD),
     }, [[], ["--batch_size=1"]]),
