@@ -18,8 +18,9 @@ the model), so no model call blocks the loop. Limits (`ServerOptions`):
   the batcher       `max_batch_size` x `max_enqueued_batches` sentences queued (503 beyond), a deadline per request
                     (`timeout_ms`: 429 while queued, 504 during the model call).
 
-`ModelServer.stop` (SIGTERM / SIGINT in elmo_tf/commands/serve.py) closes the listening socket, closes idle
-connections, answers every request already received (with `Connection: close`), then stops the batchers. Each
+`ModelServer.stop` (SIGTERM / SIGINT in elmo_tf/commands/serve.py) closes the listening socket, answers every
+request already received or arriving within 0.5 s on an open connection (with `Connection: close`), closes
+the connections, then stops the batchers. Each
 request is logged on one line at debug level (`--verbosity=1`). This is the only module that knows about uvicorn.
 """
 
@@ -46,6 +47,8 @@ from elmo_tf.serving.model import ServedModel
 from elmo_tf.serving.registry import ModelRegistry
 from elmo_tf.serving.rest_api import KNOWN_METHODS, RestApi, RestResponse, error_response, html_error
 
+# How long an idle connection stays open once the server shuts down, for a request already on its way.
+_SHUTDOWN_LINGER_S = 0.5
 # The method token at the start of a request.
 _METHOD = re.compile(rb"([A-Z_-]+) ")
 
@@ -126,8 +129,9 @@ class _Protocol(HttpToolsProtocol):
         self._max_connections = max_connections
         self._read_timeout_s = read_timeout_s
         self._idle_timeout_s = idle_timeout_s
-        self._header_timer: Optional[asyncio.TimerHandle] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
         self._in_message = False  # between on_message_begin and on_message_complete
+        self._closing = False  # the server is shutting down
 
     def data_received(self, data: bytes) -> None:
         # httptools refuses methods it does not know (and CONNECT) with uvicorn's 400; TF Serving answers 501.
@@ -162,6 +166,17 @@ class _Protocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
+        if self._closing and self.cycle is not None:
+            self.cycle.keep_alive = False  # answered with "Connection: close"
+
+    def shutdown(self) -> None:
+        # uvicorn closes an idle keep-alive connection at once, which resets a request the client has just sent
+        # on it; give such a request a moment to arrive, answer it, then close.
+        self._closing = True
+        if self.cycle is None or self.cycle.response_complete:
+            self._arm(_SHUTDOWN_LINGER_S)
+        else:
+            self.cycle.keep_alive = False
 
     def connection_lost(self, exc) -> None:
         self._disarm()
@@ -169,15 +184,15 @@ class _Protocol(HttpToolsProtocol):
 
     def _arm(self, seconds: float) -> None:
         self._disarm()
-        self._header_timer = self.loop.call_later(seconds, self._on_timeout)
+        self._timer = self.loop.call_later(seconds, self._on_timeout)
 
     def _disarm(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _on_timeout(self) -> None:
-        self._header_timer = None
+        self._timer = None
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -263,7 +278,7 @@ class ModelServer:
             body = await asyncio.wait_for(self._read_body(receive, headers), self.options.read_timeout_s)
         except ServeError as e:
             response = dataclasses.replace(error_response(e.status, e.message), close=True)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
             message = f"The request body did not arrive within {self.options.read_timeout_s:g} s (--rest_api_read_timeout_s)."
             response = dataclasses.replace(error_response(408, message), close=True)
         else:
