@@ -53,6 +53,9 @@ p.add_argument("--idle", type=int, default=5000, help="idle connections held ope
 p.add_argument("--max_batch_size", type=int, default=64)
 p.add_argument("--sigterm_after", type=float, default=5.0)
 p.add_argument("--sentences", default=os.path.join(TINY, "sentences.txt"))
+p.add_argument("--server_flag", action="append", default=[], help="passed to elmo_tf.serve, e.g. "
+               "--server_flag=--rest_api_num_threads=16 (repeatable)")
+p.add_argument("--skip", default="", help="comma-separated cases to leave out: idle, embedder, sigterm")
 p.add_argument("--quick", action="store_true", help="5 s per case, 64-client SIGTERM after 2 s")
 a = p.parse_args()
 if a.quick:
@@ -75,7 +78,7 @@ def start_server(model_dir: str) -> tuple[subprocess.Popen, int]:
     server = subprocess.Popen(
         [sys.executable, "-m", "elmo_tf.serve", f"--model_dir={model_dir}", "--port=0",
          f"--max_batch_size={a.max_batch_size}", f"--rest_api_max_connections={a.idle + 1024}",
-         "--rest_api_idle_timeout_s=3600"],
+         "--rest_api_idle_timeout_s=3600", *a.server_flag],
         cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.time() + 300
@@ -183,14 +186,16 @@ def main() -> None:
     try:
         run_clients(port, 2, 2.0, one_sentence)  # warm-up
         rows += [load_row(port, "load", c, pid) for c in clients]
-        idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(a.idle)]
-        time.sleep(1.0)
-        rows += [load_row(port, f"{a.idle} idle connections open", c, pid) for c in clients]
-        for sock in idle:
-            sock.close()
-        if model_dir is not None:
+        skip = set(a.skip.split(","))
+        if "idle" not in skip:
+            idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(a.idle)]
+            time.sleep(1.0)
+            rows += [load_row(port, f"{a.idle} idle connections open", c, pid) for c in clients]
+            for sock in idle:
+                sock.close()
+        if model_dir is not None and "embedder" not in skip:
             rows.append(embedder_row(model_dir))
-        if server is not None:
+        if server is not None and "sigterm" not in skip:
             rows.append(sigterm_row(server, port, max(clients)))
     finally:
         if server is not None and server.poll() is None:

@@ -22,12 +22,14 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from elmo_tf import serving
+from elmo_tf.errors import ServeError
 from elmo_tf.serving.rest_api import gunzip
-from tests.serving.test_serve import CHILD_TIMEOUT, REPO, SENTENCES
+from tests.serving.test_serve import CHILD_TIMEOUT, REPO, SENTENCES, fake_signature
 
 PREDICT = "/v1/models/elmo:predict"
 ONE = json.dumps({"instances": [SENTENCES[0]]}).encode()
@@ -440,3 +442,39 @@ def test_sigterm_answers_every_accepted_request(base_path, tmp_path):
     assert "Shutting down" in log and "Stopped." in log and "Traceback" not in log
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# The batcher's deadline alone (a stand-in model, so that timing is under the test's control)
+
+
+def test_batcher_deadline_429_in_queue_504_in_call_none_without():
+    release = threading.Event()
+
+    def run(signature, inputs):
+        release.wait(CHILD_TIMEOUT)
+        return {"sequence_len": np.array([len(x) for x in inputs["text"]], np.int32)}
+
+    batcher = serving.Batcher(run, max_batch_size=1, timeout_s=0.0, max_queued_rows=8)
+    signature, one = fake_signature(), {"text": np.array([b"abc"], object)}
+    errors = {}
+
+    def client(key):
+        try:
+            batcher.predict(signature, one, deadline_s=0.3)
+        except ServeError as e:
+            errors[key] = (e.status, e.message)
+
+    first = threading.Thread(target=client, args=("running",))
+    first.start()
+    time.sleep(0.1)  # the first request is in the model call, the second waits in the queue
+    second = threading.Thread(target=client, args=("queued",))
+    second.start()
+    first.join(CHILD_TIMEOUT)
+    second.join(CHILD_TIMEOUT)
+    assert errors["running"][0] == 504 and "--rest_api_timeout_in_ms" in errors["running"][1]
+    assert errors["queued"] == (429, "Run() timeout exceeded while waiting in batching queue")
+    assert batcher.queued_rows == 0  # the expired request left the queue
+    release.set()
+    assert batcher.predict(signature, one)["sequence_len"].tolist() == [3]  # no deadline: as long as it takes
+    batcher.close()
