@@ -1,47 +1,216 @@
-"""Latency and throughput of a TF-Serving-style REST server (elmo_tf.serve or tensorflow_model_server).
+"""Load on the REST server: throughput and latency, with thousands of idle connections, and a SIGTERM under load.
 
-    python benchmarks/serve_load.py --port=8501 [--clients=1,8] [--seconds=10]
+    python benchmarks/serve_load.py [--model_dir=DIR] [--clients=1,8,64] [--seconds=300] [--idle=5000]
+    python benchmarks/serve_load.py --quick           # a few seconds per case (about 3 minutes in all)
+    python benchmarks/serve_load.py --port=8501       # a server already running (elmo_tf.serve or
+                                                      # tensorflow_model_server); no SIGTERM case then
 
-Each client thread keeps one HTTP/1.1 connection open and sends 1-sentence `{"instances": [...]}` requests
-back to back; prints requests/s and p50/p99 latency per number of clients, and writes JSON.
+Without --model_dir the tiny test model (tests/fixtures/tiny) is exported to a scratch folder. The server is
+started as `python -m elmo_tf.serve` with room for the idle connections. Each client thread keeps one HTTP/1.1
+connection and sends 1-sentence `{"instances": [...]}` requests back to back. Cases:
+
+  load        1, 8, 64 clients: requests/s (= sentences/s), p50/p99 latency, errors
+  idle        the same while --idle further connections are open and silent (the open-files limit is raised)
+  embedder    the in-process Embedder (elmo_tf/embedding) on the same sentences at --max_batch_size: the upper
+              bound the server's batching can reach
+  sigterm     64 clients, SIGTERM after --sigterm_after seconds: every request sent on an open connection must
+              be answered; counted are answered (200 / other), refused connections (after the listening socket
+              closed: never accepted) and requests left without a response (lost), and the exit status
+
+Prints a table and writes benchmarks/results/serve_load.json (serve_load_quick.json with --quick).
 """
+
+from __future__ import annotations
+
 import argparse
+import http.client
 import json
 import os
+import re
+import resource
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import threading
+import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-from benchmarks.serve_clients import Request, latency_ms, run_clients  # noqa: E402
+from benchmarks.common import print_table, save  # noqa: E402
+from benchmarks.serve_clients import PREDICT, Request, latency_ms, run_clients  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-p = argparse.ArgumentParser()
-p.add_argument("--port", type=int, default=8501)
-p.add_argument("--clients", default="1,8")
-p.add_argument("--seconds", type=float, default=10.0)
-p.add_argument("--sentences", default=os.path.join(HERE, "..", "tests", "fixtures", "tiny", "sentences.txt"))
-p.add_argument("--out", default=os.path.join(HERE, "results", "serve_load.json"))
+TINY = os.path.join(ROOT, "tests", "fixtures", "tiny")
+
+p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+p.add_argument("--model_dir", help="an exported module or base path (default: the tiny test model)")
+p.add_argument("--port", type=int, help="use a server already listening here instead of starting one")
+p.add_argument("--clients", default="1,8,64")
+p.add_argument("--seconds", type=float, default=300.0, help="per load case")
+p.add_argument("--idle", type=int, default=5000, help="idle connections held open in the idle cases")
+p.add_argument("--max_batch_size", type=int, default=64)
+p.add_argument("--sigterm_after", type=float, default=5.0)
+p.add_argument("--sentences", default=os.path.join(TINY, "sentences.txt"))
+p.add_argument("--server_flag", action="append", default=[], help="passed to elmo_tf.serve, e.g. "
+               "--server_flag=--rest_api_num_threads=16 (repeatable)")
+p.add_argument("--skip", default="", help="comma-separated cases to leave out: idle, embedder, sigterm")
+p.add_argument("--quick", action="store_true", help="5 s per case, 64-client SIGTERM after 2 s")
 a = p.parse_args()
-sentences = open(a.sentences, encoding="utf-8").read().splitlines()
+if a.quick:
+    a.seconds, a.sigterm_after = 5.0, 2.0
+SENTENCES = open(a.sentences, encoding="utf-8").read().splitlines()
 
 
 def one_sentence(client: int, k: int) -> Request:
-    s = sentences[(client + k) % len(sentences)]
+    s = SENTENCES[(client + k) % len(SENTENCES)]
     return Request("valid", json.dumps({"instances": [s]}).encode(), tokens=len(s.split()))
 
 
-def run(n_clients):
-    results, wall = run_clients(a.port, n_clients, a.seconds, one_sentence)
-    return {"clients": n_clients, "requests": len(results), "errors": sum(r.status != 200 for r in results),
-            "seconds": round(wall, 2), "requests_per_s": round(len(results) / wall, 1),
-            "tokens_per_s": round(sum(r.tokens for r in results) / wall, 1), **latency_ms(results)}
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read())[1]) / 1024.0
 
 
-run_clients(a.port, 2, 1.0, one_sentence)  # warm-up
-rows = [run(int(c)) for c in a.clients.split(",")]
-print(f"load average before/after: {os.getloadavg()}")
-print("clients | requests/s | tokens/s | p50 ms | p99 ms | mean ms | requests | errors")
-for r in rows:
-    print(f"{r['clients']:7d} | {r['requests_per_s']:10.1f} | {r['tokens_per_s']:8.1f} | {r['p50_ms']:6.2f} | {r['p99_ms']:6.2f} | {r['mean_ms']:7.2f} | {r['requests']:8d} | {r['errors']}")
-if a.out:
-    json.dump({"cpu_count": os.cpu_count(), "rows": rows}, open(a.out, "w"), indent=2)
+def start_server(model_dir: str) -> tuple[subprocess.Popen, int]:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "elmo_tf.serve", f"--model_dir={model_dir}", "--port=0",
+         f"--max_batch_size={a.max_batch_size}", f"--rest_api_max_connections={a.idle + 1024}",
+         "--rest_api_idle_timeout_s=3600", *a.server_flag],
+        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 300
+    for line in server.stderr:
+        match = re.search(r"at http://[^:]+:(\d+)/v1/models/", line)
+        if match:
+            threading.Thread(target=server.stderr.read, daemon=True).start()  # keep draining the log
+            return server, int(match[1])
+        if time.time() > deadline:
+            break
+    server.kill()
+    raise SystemExit("The server did not start.")
+
+
+def load_row(port: int, case: str, clients: int, pid: int | None) -> dict:
+    results, wall = run_clients(port, clients, a.seconds, one_sentence)
+    return {"case": case, "clients": clients, "requests": len(results), "errors": sum(r.status != 200 for r in results),
+            "sentences_per_s": len(results) / wall, **latency_ms(results),
+            "server_rss_mb": rss_mb(pid) if pid else float("nan")}
+
+
+def embedder_row(model_dir: str) -> dict:
+    from elmo_tf.embedding.embedder import Embedder
+
+    embedder = Embedder(model_dir, batch_size=a.max_batch_size, layers="all")
+    texts = (SENTENCES * (1 + 4 * a.max_batch_size // len(SENTENCES)))[: 4 * a.max_batch_size]
+    embedder.embed_texts(texts[: a.max_batch_size])  # warm-up (tracing)
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < min(a.seconds, 30.0):
+        embedder.embed_texts(texts)
+        done += len(texts)
+    return {"case": f"in-process Embedder, batch {a.max_batch_size}", "clients": "-", "requests": done, "errors": 0,
+            "sentences_per_s": done / (time.perf_counter() - start)}
+
+
+def sigterm_row(server: subprocess.Popen, port: int, clients: int) -> dict:
+    counts = {"answered_200": 0, "answered_other": 0, "refused": 0, "lost": 0}
+    lock, signalled, lost_errors = threading.Lock(), threading.Event(), []
+
+    def count(key: str) -> None:
+        with lock:
+            counts[key] += 1
+
+    def client(i: int) -> None:
+        conn, k = None, 0
+        while True:
+            if conn is None:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                try:
+                    conn.connect()
+                except OSError:
+                    count("refused")  # the listening socket is closed: nothing was accepted
+                    return
+            try:
+                conn.request("POST", PREDICT, one_sentence(i, k).body, {"Content-Type": "application/json"})
+                k += 1
+                response = conn.getresponse()
+                response.read()
+                count("answered_200" if response.status == 200 else "answered_other")
+                if response.will_close:
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as e:
+                count("lost")  # sent on an open connection, no response
+                with lock:
+                    lost_errors.append(type(e).__name__)
+                conn.close()
+                conn = None
+                if signalled.is_set():
+                    return
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(a.sigterm_after)
+    signalled.set()
+    server.send_signal(signal.SIGTERM)
+    exit_status = server.wait(timeout=300)
+    for t in threads:
+        t.join(300)
+    return {"case": f"SIGTERM after {a.sigterm_after:g} s", "clients": clients, "requests": sum(counts.values()),
+            "errors": counts["lost"] + counts["answered_other"], **counts, "exit_status": exit_status,
+            "lost_errors": sorted(set(lost_errors))}
+
+
+def main() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = a.idle + 2048
+    if soft < wanted:  # the client holds the idle connections; the server raises its own limit
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+    clients = [int(c) for c in a.clients.split(",")]
+    scratch, server, model_dir = None, None, a.model_dir
+    if a.port is None and model_dir is None:
+        from elmo_tf.export.hub import export_original
+
+        scratch = tempfile.TemporaryDirectory(prefix="serve_load_")
+        model_dir = export_original(os.path.join(TINY, "options.json"), os.path.join(TINY, "weights.hdf5"),
+                                    os.path.join(scratch.name, "module"))
+    port = a.port
+    if port is None:
+        server, port = start_server(model_dir)
+    pid = server.pid if server else None
+    load_before = os.getloadavg()
+    rows = []
+    try:
+        run_clients(port, 2, 2.0, one_sentence)  # warm-up
+        rows += [load_row(port, "load", c, pid) for c in clients]
+        skip = set(a.skip.split(","))
+        if "idle" not in skip:
+            idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(a.idle)]
+            time.sleep(1.0)
+            rows += [load_row(port, f"{a.idle} idle connections open", c, pid) for c in clients]
+            for sock in idle:
+                sock.close()
+        if model_dir is not None and "embedder" not in skip:
+            rows.append(embedder_row(model_dir))
+        if server is not None and "sigterm" not in skip:
+            rows.append(sigterm_row(server, port, max(clients)))
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+        if scratch is not None:
+            scratch.cleanup()
+    print(f"load average before: {load_before}, after: {os.getloadavg()}; {a.seconds:g} s per case"
+          + (" (--quick)" if a.quick else ""))
+    print_table(rows, ["case", "clients", "sentences_per_s", "p50_ms", "p99_ms", "errors", "requests", "server_rss_mb"])
+    for row in rows:
+        if "exit_status" in row:
+            print({k: row[k] for k in ("answered_200", "answered_other", "refused", "lost", "lost_errors", "exit_status")})
+    print("saved", save("serve_load_quick" if a.quick else "serve_load",
+                        {"args": vars(a), "load_average_before": load_before, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -91,7 +91,7 @@ INVALID = [
     Request("too-many-tokens", json.dumps({"instances": ["ab " * (a.max_batch_tokens + 1)]}).encode(), 413),
     Request("body-too-large", json.dumps({"instances": ["x" * (a.max_request_bytes + 1000)]}).encode(), 413),
     Request("unknown-model", json.dumps({"instances": ["a"]}).encode(), 404, path="/v1/models/other:predict"),
-    Request("wrong-method", None, 405, method="GET", path=PREDICT),
+    Request("wrong-method", None, 400, method="GET", path=PREDICT),  # TF Serving: "Malformed request", no 405
 ]
 
 

@@ -4,12 +4,14 @@
     python -m elmo_tf.serve --model_config_file=models.config --port=8501
 
 As TF Serving, the base paths are watched for new numbered versions (--file_system_poll_wait_seconds); see
-elmo_tf/serving/registry.py and docs/SERVING.md "Versions and model config". The routes and status codes are described in elmo_tf/serving/http_server.py. SIGTERM / SIGINT stop accepting
-connections, finish the requests in flight, and exit with status 0.
+elmo_tf/serving/registry.py and docs/SERVING.md "Versions and model config". The routes and status codes are
+described in elmo_tf/serving/rest_api.py, connections and limits in elmo_tf/serving/http_server.py. SIGTERM /
+SIGINT stop accepting connections, answer every request received, and exit with status 0.
 """
 
 from __future__ import annotations
 
+import resource
 import signal
 import threading
 
@@ -48,6 +50,32 @@ flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request body accepte
                      upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences x tokens of the longest) per "
                      "model call; larger requests get 413.", lower_bound=1, upper_bound=INT32_MAX)
+# Deadlines and connections.
+flags.DEFINE_integer("rest_api_timeout_in_ms", 30000, "A predict request's deadline from when it is queued, as in "
+                     "TF Serving: 429 if it passes while queued, 504 during the model call; 0 = none.", lower_bound=0,
+                     upper_bound=INT32_MAX)
+flags.DEFINE_integer("rest_api_num_threads", 0, "Requests handled at once (parsing, waiting for the batcher); "
+                     "0 = max(4 x CPUs, 2 x max_batch_size).", lower_bound=0, upper_bound=65536)
+flags.DEFINE_integer("rest_api_max_connections", 10000, "Most open connections; more are closed when accepted. The "
+                     "open-files limit is raised to fit it when the hard limit allows.", lower_bound=1,
+                     upper_bound=1_000_000)
+flags.DEFINE_float("rest_api_read_timeout_s", 30.0, "Seconds allowed for a request's headers, and then for its body "
+                   "(408); the connection is closed.")
+check_float("rest_api_read_timeout_s", 0, 3600, low_open=True)
+flags.DEFINE_float("rest_api_idle_timeout_s", 60.0, "Seconds a connection may stay open without a request.")
+check_float("rest_api_idle_timeout_s", 0, 86400, low_open=True)
+
+
+def _raise_open_files_limit(connections: int) -> None:
+    """Lets the process hold `connections` sockets plus its own files, as far as the hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        if new < wanted:
+            logging.warning("--rest_api_max_connections=%d needs about %d open files; the hard limit is %d.",
+                            connections, wanted, hard)
 
 
 def main(argv: list[str]) -> None:
@@ -67,6 +95,11 @@ def main(argv: list[str]) -> None:
             max_enqueued_batches=FLAGS.max_enqueued_batches,
             max_request_bytes=FLAGS.max_request_bytes,
             max_batch_tokens=FLAGS.max_batch_tokens,
+            timeout_ms=FLAGS.rest_api_timeout_in_ms,
+            num_threads=FLAGS.rest_api_num_threads,
+            max_connections=FLAGS.rest_api_max_connections,
+            read_timeout_s=FLAGS.rest_api_read_timeout_s,
+            idle_timeout_s=FLAGS.rest_api_idle_timeout_s,
         )
     except ValueError as e:
         raise app.UsageError(f"--{e}") from None
@@ -81,6 +114,7 @@ def main(argv: list[str]) -> None:
         where = f"--model_config_file {FLAGS.model_config_file!r}: " if FLAGS.model_config_file else ""
         logging.error("%s%s", "" if str(e).startswith("--model_config_file") else where, e)
         raise SystemExit(2) from None
+    _raise_open_files_limit(options.max_connections)
     try:
         server = ModelServer(registry, FLAGS.host, FLAGS.port, options)
     except OSError as e:

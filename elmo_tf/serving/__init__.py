@@ -1,4 +1,4 @@
-"""TF Serving's REST API for an exported module, with only the standard library and TensorFlow.
+"""TF Serving's REST API for an exported module, on TensorFlow and uvicorn.
 
 One job per module:
 
@@ -11,10 +11,11 @@ One job per module:
                   loads and unloads versions, one batcher per loaded version
   metrics.py      TF Serving's Prometheus metrics (request counts, latency, batch sizes, queue depth) and
                   its --monitoring_config_file
-  http_server.py  the HTTP layer: routes, status codes, connections, shutdown (the API is described there)
+  rest_api.py     TF Serving's REST contract: a whole request in, a response out (routes, status codes, gzip)
+  http_server.py  the HTTP server (uvicorn): connections, timeouts, limits, graceful shutdown
 
 `from elmo_tf import serving` gives the public API: `ServedModel`, `ModelRegistry`, `ModelServer`, `ServerOptions`,
-`Batcher`, `Signature`, `ModelConfig`, `VersionPolicy`, `read_model_config_file`, `single_model_config`,
+`RestApi`, `Batcher`, `Signature`, `ModelConfig`, `VersionPolicy`, `read_model_config_file`, `single_model_config`,
 `resolve_model_dir`, `parse_predict_request`, `predict_response`, `predict_response_body`, `json_to_array`. The
 errors (`ServeError`, `ModelDirError`, `ConfigError`, `MonitoringConfigError`) are in elmo_tf/errors.py; the command
 line is elmo_tf/commands/serve.py.
@@ -32,6 +33,7 @@ from elmo_tf.serving.json_codec import (
 from elmo_tf.serving.model_config import ModelConfig, VersionPolicy, read_model_config_file, single_model_config
 from elmo_tf.serving.model import SEQUENCE_LEN, ServedModel, Signature, resolve_model_dir
 from elmo_tf.serving.registry import LoadedVersion, ModelRegistry
+from elmo_tf.serving.rest_api import RestApi
 
 __all__ = [
     "DEFAULT_SIGNATURE",
@@ -41,6 +43,7 @@ __all__ = [
     "ModelConfig",
     "ModelRegistry",
     "ModelServer",
+    "RestApi",
     "ServedModel",
     "ServerOptions",
     "Signature",

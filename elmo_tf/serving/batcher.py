@@ -8,7 +8,10 @@ differently for different batch shapes, so values agree to about 1e-6, not bit f
 than `max_batch_size` sentences is split into several model calls. A model call holds at most
 `max_batch_tokens` token positions (sentences x tokens of the longest): requests are merged only within it,
 and a request that alone exceeds it gets 413. The queue holds at most `max_queued_rows` sentences; beyond
-that requests get 503 (413 for a request that could never fit).
+that requests get 503 (413 for a request that could never fit). A request may carry a deadline (TF Serving's
+--rest_api_timeout_in_ms, counted from when it is queued): if it passes while the request still waits in the queue,
+the request gets 429 "Run() timeout exceeded while waiting in batching queue"; if it passes during the model call,
+504 (the call itself finishes, its result for that request is dropped).
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ def _pad_concat(arrays: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def _queue_timeout() -> ServeError:
+    """TF Serving's RESOURCE_EXHAUSTED for a request whose deadline passed in the batching queue."""
+    return ServeError(429, "Run() timeout exceeded while waiting in batching queue")
+
+
 @dataclasses.dataclass(eq=False)
 class _Task:
     signature: Signature
@@ -53,6 +61,11 @@ class _Task:
     tokens: Optional[int]  # token positions of its longest row (None: not known)
     future: concurrent.futures.Future
     enqueued: float
+    deadline: Optional[float] = None  # time.monotonic() after which the request is no longer wanted
+
+
+def _expired(task: "_Task") -> bool:
+    return task.deadline is not None and time.monotonic() > task.deadline
 
 
 class Batcher:
@@ -110,8 +123,14 @@ class Batcher:
         """Rows (sentences) waiting in the queue, not yet taken into a batch."""
         return self._queued_rows
 
-    def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Runs one request (blocking) and returns its outputs, as if it had been the only one."""
+    def predict(
+        self, signature: Signature, inputs: dict[str, np.ndarray], deadline_s: Optional[float] = None
+    ) -> dict[str, np.ndarray]:
+        """Runs one request (blocking) and returns its outputs, as if it had been the only one.
+
+        `deadline_s`: seconds from now within which the outputs are wanted (None: no limit); past it the request
+        fails with 429 while still queued, 504 once its model call has started.
+        """
         row_tokens = signature.row_tokens(inputs) if self.max_batch_tokens else None
         if row_tokens is not None and row_tokens.size and row_tokens.size * int(row_tokens.max()) > self.max_batch_tokens:
             raise ServeError(
@@ -121,6 +140,9 @@ class Batcher:
                 f"{self.max_batch_tokens} are allowed (--max_batch_tokens). Send fewer or shorter sentences per request.",
             )
         tasks = self._split(signature, inputs, row_tokens)
+        if deadline_s is not None:
+            for task in tasks:
+                task.deadline = task.enqueued + deadline_s
         rows = sum(task.rows for task in tasks)
         if rows > self.max_queued_rows:
             raise ServeError(
@@ -141,10 +163,33 @@ class Batcher:
             self._queue.extend(tasks)
             self._queued_rows += rows
             self._cond.notify_all()
+        done, waiting = concurrent.futures.wait([task.future for task in tasks], timeout=deadline_s)
+        if waiting:
+            self._expire(tasks, deadline_s)
         results = [task.future.result() for task in tasks]  # raises the task's ServeError
         if len(results) == 1:
             return results[0]
         return {key: _pad_concat([r[key] for r in results]) for key in results[0]}
+
+    def _expire(self, tasks: list[_Task], deadline_s: float) -> None:
+        """Fails the unfinished tasks of a request whose deadline passed: 429 if still queued, else 504."""
+        with self._cond:
+            running = False
+            for task in tasks:
+                if task.future.done():
+                    continue
+                if task in self._queue:
+                    self._queue.remove(task)
+                    self._queued_rows -= task.rows
+                    task.future.set_exception(_queue_timeout())
+                else:
+                    running = True
+            if running:
+                raise ServeError(
+                    504,
+                    f"Deadline exceeded: the model call did not finish within {1000 * deadline_s:g} ms "
+                    "(--rest_api_timeout_in_ms).",
+                )
 
     def stop_waiting(self) -> None:
         """From now on a batch runs as soon as the worker is free, without waiting for more tasks (shutdown)."""
@@ -191,6 +236,9 @@ class Batcher:
                 self._cond.wait()
             first = self._queue.popleft()
             self._queued_rows -= first.rows
+            if _expired(first):
+                first.future.set_exception(_queue_timeout())
+                return []
             batch, rows, tokens = [first], first.rows, first.tokens
             if not first.signature.batchable:
                 return batch
@@ -198,7 +246,10 @@ class Batcher:
             while True:
                 kept = collections.deque()
                 for task in self._queue:
-                    if task.signature is first.signature and rows + task.rows <= self.max_batch_size and (
+                    if _expired(task):
+                        self._queued_rows -= task.rows
+                        task.future.set_exception(_queue_timeout())
+                    elif task.signature is first.signature and rows + task.rows <= self.max_batch_size and (
                         self._fits(rows + task.rows, tokens, task.tokens)
                     ):
                         batch.append(task)
@@ -224,7 +275,8 @@ class Batcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            self._run(batch)
+            if batch:
+                self._run(batch)
 
     def _report_batch(self, rows: int) -> None:
         if self._on_batch is not None:

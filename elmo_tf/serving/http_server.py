@@ -1,67 +1,56 @@
-"""The HTTP layer: TF Serving's REST routes, status codes and connections, with only the standard library.
+"""The HTTP layer: connections, timeouts, limits and shutdown, on uvicorn; what each request gets is rest_api.py.
 
     python -m elmo_tf.serve --model_dir=serving/elmo --port=8501 [--model_name=elmo] [--host=127.0.0.1]
 
-For machines without `tensorflow_model_server`: the same paths, JSON shapes and error convention, so
-one client works against both.
+For machines without `tensorflow_model_server`: the same paths, JSON shapes, status codes and error bodies, so
+one client works against both (the routes are listed in rest_api.py, the cases in docs/SERVING.md).
 
-  GET  /v1/models/NAME[/versions/N]            model status ({"model_version_status": [...]})
-  GET  /v1/models/NAME[/versions/N]/metadata   the signature defs, as TF Serving prints them
-  POST /v1/models/NAME[/versions/N]:predict    {"signature_name": S, "instances": [...]} -> {"predictions": [...]}
-                                               {"signature_name": S, "inputs": ...}      -> {"outputs": ...}
+uvicorn (httptools parser, uvloop) runs one event loop that only moves bytes: HTTP/1.1 keep-alive, chunked and
+`Expect: 100-continue` bodies. Each request body is read whole (at most `max_request_bytes`, else 413; within
+`read_timeout_s`, else 408), then `RestApi.handle` runs on a pool of `num_threads` threads (JSON, the batcher,
+the model), so no model call blocks the loop. Limits (`ServerOptions`):
 
-Request and response bodies are converted by json_codec.py; concurrent predict requests share model calls
-through batcher.py (`ServerOptions` sets its limits).
-Errors are {"error": "<message>"} with 400 (malformed request, unknown signature, wrong inputs, values
-the model rejects), 404 (unknown model, version or path), 405 (wrong method), 411 (no Content-Length),
-413 (body or request too large), 503 (queue full, shutting down); 500 only for faults of the server.
+  max_connections   open connections; one more is accepted and closed at once.
+  read_timeout_s    a request's headers, and then its body, must each arrive within it; otherwise the connection
+                    is closed (after a 408 for a late body).
+  idle_timeout_s    a connection with no request (a new one, or a keep-alive one between requests) is closed.
+  num_threads       requests handled at once; the others wait for a thread (at most one per connection).
+  the batcher       `max_batch_size` x `max_enqueued_batches` sentences queued (503 beyond), a deadline per request
+                    (`timeout_ms`: 429 while queued, 504 during the model call).
 
-`ModelServer.stop` (on SIGTERM / SIGINT in elmo_tf/commands/serve.py) stops accepting connections,
-finishes the requests in flight and closes idle connections. Each request is logged on one line at debug
-level (`--verbosity=1`). This is the only module that knows about `http.server`.
+`ModelServer.stop` (SIGTERM / SIGINT in elmo_tf/commands/serve.py) closes the listening socket, answers every
+request already received or arriving within 0.5 s on an open connection (with `Connection: close`), closes
+the connections, then stops the batchers. Each
+request is logged on one line at debug level (`--verbosity=1`). This is the only module that knows about uvicorn.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
-import http.server
-import json
+import functools
+import os
 import re
 import socket
 import threading
 import time
-import urllib.parse
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
+import uvicorn
 from absl import logging
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from elmo_tf.errors import ServeError
 from elmo_tf.serving.batcher import Batcher
-from elmo_tf.serving.json_codec import parse_predict_request, predict_response
 from elmo_tf.serving.model import ServedModel
 from elmo_tf.serving.registry import ModelRegistry
+from elmo_tf.serving.rest_api import KNOWN_METHODS, RestApi, RestResponse, error_response, html_error
 
-# A connection idle (or stalled mid-body) this long is closed, so that idle clients cannot hold threads.
-_IDLE_TIMEOUT_S = 60.0
-# A refused (too large) body up to this size is read and discarded so that the client sees the 413 response;
-# a larger one is answered by closing the connection.
-_DRAIN_LIMIT = 256 << 20
-# TF Serving's URL patterns: /v1/models/NAME[/versions/N | /labels/L] then :predict (POST) or [/metadata] (GET).
-_MODEL_PATH = r"/v1/models/([^/:]+)(?:/versions/([0-9]+)|/labels/([^/:]+))?"
-_PREDICT_PATH = re.compile(_MODEL_PATH + r":(predict|classify|regress)", re.I)
-_STATUS_PATH = re.compile(_MODEL_PATH + r"(/metadata)?", re.I)
-_HELP = (
-    "elmo_tf.serve answers GET /v1/models/{name}[/versions/N][/metadata] and "
-    "POST /v1/models/{name}[/versions/N]:predict."
-)
-
-
-def _model_spec(match: re.Match) -> tuple[str, Optional[int], Optional[str]]:
-    """(name, version or None, label or None) of a route match."""
-    version = match.group(2)
-    label = match.group(3)
-    return (urllib.parse.unquote(match.group(1)), int(version) if version is not None else None,
-            urllib.parse.unquote(label) if label is not None else None)
+# How long an idle connection stays open once the server shuts down, for a request already on its way.
+_SHUTDOWN_LINGER_S = 0.5
+# The method token at the start of a request.
+_METHOD = re.compile(rb"([A-Z_-]+) ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +61,17 @@ class ServerOptions:
       max_batch_size: most sentences per model call (concurrent requests are merged up to it).
       batch_timeout_ms: how long a batch waits for more requests after its first one (0 = never waits).
       max_enqueued_batches: queue bound, in batches of `max_batch_size` sentences; beyond it requests get 503.
-      max_request_bytes: largest accepted request body; larger ones get 413.
+      max_request_bytes: largest accepted request body (as sent, before gunzip); larger ones get 413.
       max_batch_tokens: most token positions (sentences x tokens of the longest) per model call; a request
         over it gets 413. It bounds the time and memory of one call, which a single long sentence would
         otherwise make as large as the body allows.
+      timeout_ms: a predict request's deadline from when it is queued (TF Serving's --rest_api_timeout_in_ms):
+        429 if it passes in the queue, 504 during the model call; 0 = none.
+      num_threads: requests handled at once (parsing, waiting for the batcher); 0 = max(4 x CPUs,
+        2 x max_batch_size), so that a full batch can form while another one runs.
+      max_connections: most open connections; more are closed as soon as they are accepted.
+      read_timeout_s: time allowed for a request's headers, and then for its body.
+      idle_timeout_s: time a connection may stay open without a request.
     """
 
     max_batch_size: int = 64
@@ -83,14 +79,32 @@ class ServerOptions:
     max_enqueued_batches: int = 32
     max_request_bytes: int = 8 << 20
     max_batch_tokens: int = 8192
+    timeout_ms: int = 30000
+    num_threads: int = 0
+    max_connections: int = 10000
+    read_timeout_s: float = 30.0
+    idle_timeout_s: float = 60.0
 
     def __post_init__(self):
-        for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens"):
+        for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens",
+                     "max_connections"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be an integer >= 1; received {value!r}.")
+        for name in ("timeout_ms", "num_threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"`{name}` must be an integer >= 0; received {value!r}.")
         if not self.batch_timeout_ms >= 0:
             raise ValueError(f"`batch_timeout_ms` must be >= 0; received {self.batch_timeout_ms!r}.")
+        for name in ("read_timeout_s", "idle_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"`{name}` must be > 0; received {getattr(self, name)!r}.")
+
+    @property
+    def threads(self) -> int:
+        """`num_threads`, with 0 resolved."""
+        return self.num_threads or max(4 * (os.cpu_count() or 1), 2 * self.max_batch_size)
 
     def make_batcher(self, model: ServedModel) -> Batcher:
         """The batcher that runs one loaded model version's requests within these limits."""
@@ -103,186 +117,100 @@ class ServerOptions:
         )
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive
-    default_request_version = "HTTP/1.0"  # so that even a garbled request line gets a status line and headers
-    server_version = "elmo_tf-serve"
-    disable_nagle_algorithm = True  # headers and body are separate writes; avoid the 40 ms delayed-ACK stall
-    timeout = _IDLE_TIMEOUT_S
-    server: "ModelServer"
+class _Protocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol plus a bound on open connections and time limits before a request's headers.
 
-    # -- connection bookkeeping for a clean shutdown
-
-    def setup(self):
-        super().setup()
-        self._started = time.perf_counter()
-        self.server._track(self.connection)
-
-    def finish(self):
-        try:
-            super().finish()
-        finally:
-            self.server._untrack(self.connection)
-
-    def parse_request(self):
-        self._started = time.perf_counter()
-        self.server._set_busy(self.connection, True)
-        return super().parse_request()
-
-    def handle_expect_100(self):
-        # Refuse an oversized body before the client sends it.
-        length = self.headers.get("Content-Length", "")
-        if length.isdigit() and int(length) > self.server.options.max_request_bytes:
-            self.close_connection = True
-            self._send_json(413, {"error": self._too_large_message(int(length))})
-            return False
-        return super().handle_expect_100()
-
-    # -- methods
-
-    def do_GET(self):
-        self._dispatch()
-
-    def do_POST(self):
-        self._dispatch()
-
-    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = do_GET
-
-    def _dispatch(self) -> None:
-        headers: dict[str, str] = {}
-        try:
-            body = self._read_body()
-            payload = self._route(urllib.parse.urlsplit(self.path).path, body)
-            status = 200
-        except ServeError as e:
-            status, payload, headers = e.status, {"error": e.message}, e.headers
-        except Exception:  # noqa: BLE001 - never a traceback to the client
-            logging.exception("Request %s %s failed.", self.command, self.path)
-            status, payload = 500, {"error": "Internal server error; see the server log."}
-        self._send_json(status, payload, headers)
-
-    def _route(self, path: str, body: bytes) -> dict[str, Any]:
-        registry = self.server.registry
-        match = _PREDICT_PATH.fullmatch(path)
-        if match:
-            if self.command != "POST":
-                raise ServeError(405, f"{path} takes POST; received {self.command}.", {"Allow": "POST"})
-            if match.group(4).lower() != "predict":
-                raise ServeError(
-                    400,
-                    f"{match.group(4)} is not supported: the model has no classify or regress signature; use :predict.",
-                )
-            if self.headers.get("Content-Length") is None:
-                raise ServeError(411, "A predict request needs a Content-Length header.")
-            with registry.acquire(*_model_spec(match)) as loaded:
-                signature, request_format, inputs = parse_predict_request(body, loaded.model.signatures)
-                outputs = loaded.batcher.predict(signature, inputs)
-            return predict_response(request_format, outputs)
-        match = _STATUS_PATH.fullmatch(path)
-        if not match:
-            names = registry.names()
-            raise ServeError(404, f"Malformed request: {self.command} {path}. {_HELP.format(name=names[0] if names else 'NAME')}")
-        if self.command != "GET":
-            raise ServeError(405, f"{path} takes GET; received {self.command}.", {"Allow": "GET"})
-        name, version, label = _model_spec(match)
-        if match.group(4):
-            with registry.acquire(name, version, label) as loaded:
-                return loaded.model.metadata
-        return registry.status(name, version)
-
-    def _too_large_message(self, length: int) -> str:
-        limit = self.server.options.max_request_bytes
-        return (
-            f"Request body of {length} bytes exceeds the limit of {limit} bytes (--max_request_bytes); send fewer "
-            "sentences per request."
-        )
-
-    def _read_body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self.close_connection = True
-            raise ServeError(411, "Chunked request bodies are not supported; send a Content-Length header.")
-        header = self.headers.get("Content-Length")
-        if header is None:
-            return b""
-        if not header.strip().isdigit():
-            self.close_connection = True
-            raise ServeError(400, f"Bad Content-Length header: {header!r}.")
-        length = int(header)
-        if length > self.server.options.max_request_bytes:
-            self._discard(length)
-            raise ServeError(413, self._too_large_message(length))
-        body = self.rfile.read(length)
-        if len(body) < length:
-            self.close_connection = True
-            if self.server.stopping:
-                raise ServeError(503, "The server is shutting down.")
-            raise ServeError(400, f"The request body ended after {len(body)} of {length} bytes.")
-        return body
-
-    def _discard(self, length: int) -> None:
-        """Reads and drops a refused body so the client, still sending it, then reads the error response."""
-        if length > _DRAIN_LIMIT:
-            self.close_connection = True
-            return
-        while length > 0:
-            chunk = self.rfile.read(min(length, 1 << 16))
-            if not chunk:
-                break
-            length -= len(chunk)
-        self.close_connection = True
-
-    def _send_json(self, status: int, payload: dict[str, Any], headers: Optional[dict[str, str]] = None) -> None:
-        body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            if self.close_connection or self.server.stopping:
-                self.close_connection = True
-                self.send_header("Connection", "close")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-        except OSError:  # the client went away
-            self.close_connection = True
-        finally:
-            if self.server._set_busy(self.connection, False):
-                self.close_connection = True
-        logging.debug(
-            '%s "%s %s" %d %d bytes %.1f ms',
-            self.client_address[0], self.command, getattr(self, "path", ""), status, len(body),
-            1e3 * (time.perf_counter() - self._started),
-        )
-
-    def send_error(self, code, message=None, explain=None):
-        """http.server's own errors (malformed request line, unknown method, oversized headers) as JSON too."""
-        self.close_connection = True
-        if code == 501:  # an HTTP method that none of the endpoints takes
-            code, message = 405, f"Method {self.command!r} is not allowed; use GET or POST."
-        text = message or self.responses.get(code, ("Error",))[0]
-        self._send_json(code, {"error": text + (f": {explain}" if explain and not message else "")})
-
-    def log_request(self, code="-", size="-"):
-        pass  # _send_json logs each request once
-
-    def log_message(self, format, *args):
-        logging.debug("%s %s", self.address_string(), format % args)
-
-
-class ModelServer(http.server.ThreadingHTTPServer):
-    """The REST server: one thread per connection, one batching worker for the model.
-
-    Args:
-      model: the loaded model.
-      host, port: where to listen (port 0 = any free port; see `port`).
-      options: limits and batching.
+    uvicorn closes a keep-alive connection that stays idle after a response; this also times a new connection
+    until its first request and a request's headers from their first byte (a client sending them slowly).
     """
 
-    daemon_threads = False  # so that server_close() waits for requests in flight
-    block_on_close = True
-    request_queue_size = 128
+    def __init__(self, *args, max_connections: int, read_timeout_s: float, idle_timeout_s: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._max_connections = max_connections
+        self._read_timeout_s = read_timeout_s
+        self._idle_timeout_s = idle_timeout_s
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._in_message = False  # between on_message_begin and on_message_complete
+        self._closing = False  # the server is shutting down
+
+    def data_received(self, data: bytes) -> None:
+        # httptools refuses methods it does not know (and CONNECT) with uvicorn's 400; TF Serving answers 501.
+        if not self._in_message:
+            match = _METHOD.match(data)
+            if match and match.group(1).decode("ascii") not in KNOWN_METHODS:
+                response = html_error(501, "Not Implemented")
+                head = [b"HTTP/1.1 501 Not Implemented"] + [f"{k}: {v}".encode("latin-1") for k, v in response.headers]
+                head += [b"Content-Length: %d" % len(response.body), b"Connection: close", b"", b""]
+                self.transport.write(b"\r\n".join(head) + response.body)
+                self.transport.close()
+                return
+        super().data_received(data)
+
+    def on_message_complete(self) -> None:
+        self._in_message = False
+        super().on_message_complete()
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        if len(self.connections) > self._max_connections:
+            logging.warning("Closing a new connection: %d are open (--rest_api_max_connections).", len(self.connections) - 1)
+            transport.close()
+            return
+        self._arm(self._idle_timeout_s)
+
+    def on_message_begin(self) -> None:
+        self._in_message = True
+        super().on_message_begin()
+        self._arm(self._read_timeout_s)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+        if self._closing and self.cycle is not None:
+            self.cycle.keep_alive = False  # answered with "Connection: close"
+
+    def shutdown(self) -> None:
+        # uvicorn closes an idle keep-alive connection at once, which resets a request the client has just sent
+        # on it; give such a request a moment to arrive, answer it, then close.
+        self._closing = True
+        if self.cycle is None or self.cycle.response_complete:
+            self._arm(_SHUTDOWN_LINGER_S)
+        else:
+            self.cycle.keep_alive = False
+
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(seconds, self._on_timeout)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timeout(self) -> None:
+        self._timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)
+
+
+class ModelServer:
+    """The REST server: one event loop for the connections, a thread pool for the requests, a batcher per model.
+
+    Args:
+      models: a loaded model, or a ModelRegistry of several.
+      host, port: where to listen (port 0 = any free port; see `port`). The socket is bound here, so an address
+        in use raises OSError now.
+      options: limits and batching.
+    """
 
     def __init__(
         self,
@@ -293,54 +221,107 @@ class ModelServer(http.server.ThreadingHTTPServer):
     ):
         self.registry = models if isinstance(models, ModelRegistry) else ModelRegistry([models], options.make_batcher)
         self.options = options
-        self.stopping = False
+        self.api = RestApi(self.registry, options.timeout_ms)
+        self._socket = _listen(host, port)
+        self._pool = concurrent.futures.ThreadPoolExecutor(options.threads, thread_name_prefix="elmo_tf-rest")
+        protocol = functools.partial(
+            _Protocol,
+            max_connections=options.max_connections,
+            read_timeout_s=options.read_timeout_s,
+            idle_timeout_s=options.idle_timeout_s,
+        )
+        config = uvicorn.Config(
+            self._asgi, interface="asgi3", http=protocol, loop="auto", lifespan="off", proxy_headers=False, log_config=None, access_log=False,
+            timeout_keep_alive=options.idle_timeout_s, timeout_graceful_shutdown=None, server_header=False,
+            headers=[("Server", "elmo_tf-serve")],
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
-        self._busy: dict[socket.socket, bool] = {}
-        self._serving = False
         self._stopped = False
-        super().__init__((host, port), _Handler)
 
     @property
     def port(self) -> int:
-        return self.server_address[1]
+        return self._socket.getsockname()[1]
 
     def serve_in_background(self) -> threading.Thread:
-        """Starts `serve_forever` on a thread of its own and returns it."""
-        self._serving = True
-        thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="elmo_tf-http")
-        thread.start()
-        return thread
+        """Starts serving on a thread of its own and returns it (it ends after `stop`)."""
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, name="elmo_tf-http")
+        self._thread.start()
+        return self._thread
 
     def stop(self) -> None:
-        """Stops accepting connections, finishes the requests in flight, closes idle connections and the batcher."""
+        """Stops accepting connections, answers the requests received, closes the connections and the batchers."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
-            self.stopping = True
-            idle = [conn for conn, busy in self._busy.items() if not busy]
-        if self._serving:
-            self.shutdown()  # the accept loop ends; serve_forever returns
-        for conn in idle:  # a keep-alive connection waiting for its next request: wake its thread with EOF
-            try:
-                conn.shutdown(socket.SHUT_RD)
-            except OSError:
-                pass
+        self._server.should_exit = True  # uvicorn's loop sees it within 0.1 s and shuts down gracefully
         self.registry.stop_waiting()  # requests in flight need not wait for batch partners any more
-        self.server_close()  # closes the listening socket, joins the connection threads
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        else:
+            self._socket.close()
+        self._pool.shutdown(wait=True)
         self.registry.close()
 
-    def _track(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._busy[conn] = False
+    async def _asgi(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        started = time.perf_counter()
+        method = scope["method"]
+        target = scope["raw_path"].decode("latin-1")
+        if scope["query_string"]:
+            target += "?" + scope["query_string"].decode("latin-1")
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        try:
+            body = await asyncio.wait_for(self._read_body(receive, headers), self.options.read_timeout_s)
+        except ServeError as e:
+            response = dataclasses.replace(error_response(e.status, e.message), close=True)
+        except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
+            message = f"The request body did not arrive within {self.options.read_timeout_s:g} s (--rest_api_read_timeout_s)."
+            response = dataclasses.replace(error_response(408, message), close=True)
+        else:
+            if body is None:  # the client went away
+                return
+            loop = asyncio.get_running_loop()
+            response = await loop.run_in_executor(self._pool, self.api.handle, method, target, headers, body)
+        await self._send(send, response, method)
+        logging.debug('%s "%s %s" %d %d bytes %.1f ms', (scope.get("client") or ("-",))[0], method, target,
+                      response.status, len(response.body), 1e3 * (time.perf_counter() - started))
 
-    def _untrack(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._busy.pop(conn, None)
+    async def _read_body(self, receive, headers: dict[str, str]) -> Optional[bytes]:
+        """The whole body (de-chunked by the parser); ServeError(413) beyond max_request_bytes; None on disconnect."""
+        limit = self.options.max_request_bytes
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:  # refused before reading (and before "100 Continue")
+            raise ServeError(413, _too_large(int(length), limit))
+        parts, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise ServeError(413, _too_large(size, limit))
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
 
-    def _set_busy(self, conn: socket.socket, busy: bool) -> bool:
-        """Marks a connection as handling a request (or idle); returns True if the server is stopping."""
-        with self._lock:
-            if conn in self._busy:
-                self._busy[conn] = busy
-            return self.stopping
+    @staticmethod
+    async def _send(send, response: RestResponse, method: str) -> None:
+        body = b"" if method == "HEAD" else response.body
+        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers]
+        headers.append((b"content-length", str(len(body)).encode()))
+        if response.close:
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _too_large(length: int, limit: int) -> str:
+    return (
+        f"Request body of {length} bytes exceeds the limit of {limit} bytes (--max_request_bytes); send fewer "
+        "sentences per request."
+    )

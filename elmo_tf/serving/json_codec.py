@@ -4,7 +4,9 @@ A request is {"signature_name": S, "instances": [...]} (row format: one item per
 {"signature_name": S, "inputs": ...} (columnar format: one tensor per input); the response is
 {"predictions": [...]} or {"outputs": ...} accordingly. String inputs are JSON strings or {"b64": "<base64>"};
 string outputs whose name ends in `_bytes` are written as {"b64": ...}. `signature_name` defaults to
-"serving_default". Every problem of a request raises ServeError(400) with a message naming it.
+"serving_default". Every problem of a request raises ServeError(400) with a message naming it. As in TF Serving,
+text after the JSON document is ignored, and so are keys of a columnar `inputs` object that the signature does not
+name (an unknown key in a row-format instance object is an error).
 
 `predict_response_body` writes the response text with TF Serving's float notation (`json_tensor.cc`
 `WriteDecimal`): "%g" (6 significant digits) when that parses back to the same value, else "%.9g" (float32)
@@ -25,6 +27,7 @@ from elmo_tf.errors import ServeError
 from elmo_tf.serving.model import SEQUENCE_LEN, Signature, numpy_dtype
 
 DEFAULT_SIGNATURE = "serving_default"
+_DECODER = json.JSONDecoder()  # accepts NaN and Infinity, as TF Serving does
 
 
 def _describe(value: Any) -> str:
@@ -182,10 +185,10 @@ def _from_inputs(value: Any, signature: Signature) -> dict[str, np.ndarray]:
     """Columnar format: a tensor per input; a plain value is allowed for a one-input signature."""
     names = sorted(signature.inputs)
     if _is_named(value):
-        missing, extra = set(names) - set(value), set(value) - set(names)
-        if missing or extra:
-            problem = f"lacks {sorted(missing)}" if missing else f"has unknown {sorted(extra)}"
-            raise ServeError(400, f"'inputs' {problem}: signature {signature.name!r} takes exactly the inputs {names}.")
+        # Keys the signature does not name are ignored, as TF Serving does (FillTensorMapFromInputsMap).
+        missing = set(names) - set(value)
+        if missing:
+            raise ServeError(400, f"'inputs' lacks {sorted(missing)}: signature {signature.name!r} takes the inputs {names}.")
     elif len(names) > 1:
         example = ", ".join(f'"{n}": ...' for n in names)
         raise ServeError(
@@ -231,10 +234,12 @@ def parse_predict_request(
     body: bytes, signatures: dict[str, Signature]
 ) -> tuple[Signature, str, dict[str, np.ndarray]]:
     """A predict request body -> (signature, "row" or "columnar", input arrays). Raises ServeError(400)."""
-    if not body.strip():
-        raise ServeError(400, "JSON Parse error: The document is empty.")
     try:
-        request = json.loads(body)
+        text = body.decode("utf-8").lstrip(" \t\n\r")
+        if not text:
+            raise ServeError(400, "JSON Parse error: The document is empty.")
+        # Like TF Serving (rapidjson's kParseStopWhenDoneFlag), text after the first JSON document is ignored.
+        request, _ = _DECODER.raw_decode(text)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise ServeError(400, f"JSON Parse error: {e}.") from None
     if not isinstance(request, dict):

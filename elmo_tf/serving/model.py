@@ -170,7 +170,7 @@ class ServedModel:
         except tf.errors.InvalidArgumentError as e:
             raise ServeError(400, f"Invalid argument: {tf_error_message(e)}") from None
         except tf.errors.ResourceExhaustedError as e:
-            raise ServeError(503, f"Out of memory: {tf_error_message(e)}; send fewer sentences per request.") from None
+            raise ServeError(429, f"Out of memory: {tf_error_message(e)}; send fewer sentences per request.") from None
         return {key: value.numpy() for key, value in outputs.items()}
 
     def warm_up(self) -> None:

@@ -1,0 +1,174 @@
+"""TF Serving's REST contract: one whole HTTP request in, one response out, with no sockets involved.
+
+    api = RestApi(registry, timeout_ms=30000)
+    response = api.handle("POST", "/v1/models/elmo:predict", {"content-type": "application/json"}, body)
+
+What each case gives, and where TF Serving's source says so, is in docs/TF_SERVING_REST.md (rows cited as "row N"):
+
+  method other than GET POST HEAD PUT DELETE OPTIONS PATCH (TRACE, CONNECT, ...)   501, HTML page (row 4)
+  path (with its query string) not matching (?i)/v1/.*                            404, HTML page (row 3)
+  OPTIONS /v1/...                         200 empty if Origin contains http:// or https://, else 400 empty (row 4)
+  POST /v1/models/NAME[/versions/N | /labels/L]:predict                          predict (rows 1, 7, 8, 17)
+  GET  /v1/models/NAME[/versions/N | /labels/L][/metadata]                       status or metadata (rows 2, 13, 14)
+  GET  /v1/models                                                                400 "Missing model name in request."
+  any other /v1/ request (trailing slash, query string, :PREDICT, wrong method)  400 "Malformed request: M PATH"
+  HEAD on /v1/                                                                    400, no body
+
+The route patterns are case-insensitive but the method name after ':' and "metadata" are compared exactly, as
+TF Serving does. A body whose Content-Encoding contains "gzip" is decompressed (at most 100 MiB); one that cannot
+be becomes empty, so the client sees TF Serving's 400 "JSON Parse error: The document is empty". Every other error
+is {"error": "<message>"} with the status of its ServeError (400, 404, 413; 429 when the model ran out of memory
+or the request's deadline passed in the batching queue, 503 when that queue is full, 504 when the model call
+outlived `timeout_ms`). `handle` blocks (JSON, the model call): the HTTP layer calls it off its event loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import urllib.parse
+import zlib
+from typing import Any, Mapping, Optional
+
+from absl import logging
+
+from elmo_tf.errors import ServeError
+from elmo_tf.serving.json_codec import parse_predict_request, predict_response
+from elmo_tf.serving.registry import ModelRegistry
+
+# libevent's allowed methods in TF Serving (evhttp_server.cc Initialize); others get 501.
+KNOWN_METHODS = frozenset({"GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH"})
+# TF Serving's ZLib::kMaxUncompressedBytes.
+MAX_GUNZIPPED_BYTES = 100 << 20
+_INT64_MAX = 2**63 - 1
+_V1 = re.compile(r"/v1/.*", re.I | re.S)
+_SPEC = r"/v1/models{name}(?:/versions/(\d+)|/labels/([^/:]+))?"
+_PREDICT = re.compile(_SPEC.format(name="/([^/:]+)") + r":(classify|regress|predict)", re.I)
+_STATUS = re.compile(_SPEC.format(name="(?:/([^/:]+))?") + r"(?:/(metadata))?", re.I)
+_ORIGIN = re.compile(r"https?://")
+_JSON = (("Content-Type", "application/json"),)
+
+
+@dataclasses.dataclass(frozen=True)
+class RestResponse:
+    """What to send back: status, body, headers, and whether to close the connection afterwards."""
+
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    close: bool = False
+
+
+def json_response(status: int, payload: Any, headers: Optional[Mapping[str, str]] = None) -> RestResponse:
+    """A JSON body with its Content-Type (plus `headers`, e.g. Retry-After)."""
+    body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+    return RestResponse(status, body, _JSON + tuple((headers or {}).items()))
+
+
+def error_response(status: int, message: str, headers: Optional[Mapping[str, str]] = None) -> RestResponse:
+    """TF Serving's error body: {"error": "<message>"}."""
+    return json_response(status, {"error": message}, headers)
+
+
+def html_error(status: int, reason: str) -> RestResponse:
+    """An error page outside the REST API (404, 501); like libevent's, HTML, and the connection is closed."""
+    body = f"<html><head><title>{status} {reason}</title></head><body><h1>{reason}</h1></body></html>\n".encode()
+    return RestResponse(status, body, (("Content-Type", "text/html"),), close=True)
+
+
+def gunzip(body: bytes, limit: int = MAX_GUNZIPPED_BYTES) -> bytes:
+    """A gzip body decompressed, or b"" when it is corrupt or longer than `limit` (TF Serving only logs this)."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as e:
+        logging.warning("Dropping a gzip request body that cannot be decompressed: %s", e)
+        return b""
+    if len(data) > limit or not inflater.eof:
+        logging.warning("Dropping a gzip request body: truncated, or over %d bytes once decompressed.", limit)
+        return b""
+    return data
+
+
+class RestApi:
+    """Answers TF Serving's REST requests for the models of `registry`.
+
+    Args:
+      registry: the served models (ModelRegistry).
+      timeout_ms: how long a predict request may take from entering the batching queue (TF Serving's
+        --rest_api_timeout_in_ms); 0 = no limit.
+    """
+
+    def __init__(self, registry: ModelRegistry, timeout_ms: int = 30000):
+        if not isinstance(timeout_ms, int) or timeout_ms < 0:
+            raise ValueError(f"`timeout_ms` must be an integer >= 0; received {timeout_ms!r}.")
+        self.registry = registry
+        self.timeout_ms = timeout_ms
+
+    def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> RestResponse:
+        """One request -> its response. `target` is the path with its query string; `headers` have lowercase names."""
+        if method not in KNOWN_METHODS:
+            return html_error(501, "Not Implemented")
+        if not _V1.fullmatch(target):
+            return html_error(404, "Not Found")
+        if method == "OPTIONS":  # CORS preflight, answered before any routing
+            return RestResponse(200 if _ORIGIN.search(headers.get("origin", "")) else 400)
+        if method == "HEAD":  # malformed like PUT, but a response to HEAD has no body
+            return RestResponse(400)
+        try:
+            return self._route(method, target, headers, body)
+        except ServeError as e:
+            return error_response(e.status, e.message, e.headers)
+        except Exception:  # noqa: BLE001 - never a traceback to the client
+            logging.exception("Request %s %s failed.", method, target)
+            return error_response(500, "Internal server error; see the server log.")
+
+    def _route(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> RestResponse:
+        malformed = ServeError(400, f"Malformed request: {method} {target}")
+        if method == "POST":
+            match = _PREDICT.fullmatch(target)
+            if not match:
+                raise malformed
+            spec = self._model_spec(match)
+            if spec is None:
+                return RestResponse(400)
+            verb = match.group(4)
+            if verb in ("classify", "regress"):
+                raise ServeError(400, f"{verb} is not supported: the model has no classify or regress signature; use :predict.")
+            if verb != "predict":  # the pattern ignores case, the dispatch does not
+                raise malformed
+            if "gzip" in headers.get("content-encoding", ""):
+                body = gunzip(body)
+            return self._predict(*spec, body)
+        if method != "GET":
+            raise malformed
+        match = _STATUS.fullmatch(target)
+        if not match:
+            raise malformed
+        spec = self._model_spec(match)
+        if spec is None:
+            return RestResponse(400)
+        if not spec[0]:
+            raise ServeError(400, "Missing model name in request.")
+        if match.group(4) == "metadata":  # any other case of the word gives the status, as in TF Serving
+            with self.registry.acquire(*spec) as loaded:
+                return json_response(200, loaded.model.metadata)
+        return json_response(200, self.registry.status(spec[0], spec[1]))
+
+    @staticmethod
+    def _model_spec(match: re.Match) -> Optional[tuple[str, Optional[int], Optional[str]]]:
+        """(name, version, label) of a route match; None when the version does not fit an int64 (TF Serving: an
+        empty 400)."""
+        name, version, label = match.group(1, 2, 3)
+        if version is not None and int(version) > _INT64_MAX:
+            return None
+        return (urllib.parse.unquote(name or ""), None if version is None else int(version),
+                None if label is None else urllib.parse.unquote(label))
+
+    def _predict(self, name: str, version: Optional[int], label: Optional[str], body: bytes) -> RestResponse:
+        with self.registry.acquire(name, version, label) as loaded:
+            signature, request_format, inputs = parse_predict_request(body, loaded.model.signatures)
+            deadline_s = self.timeout_ms / 1000.0 if self.timeout_ms else None
+            outputs = loaded.batcher.predict(signature, inputs, deadline_s=deadline_s)
+        return json_response(200, predict_response(request_format, outputs))
