@@ -19,8 +19,16 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from elmo_tf.commands.flag_checks import INT32_MAX, check_float, run_command
-from elmo_tf.errors import ConfigError, ModelDirError
-from elmo_tf.serving import ModelRegistry, ModelServer, ServerOptions, read_model_config_file, single_model_config
+from elmo_tf.errors import ConfigError, ModelDirError, MonitoringConfigError
+from elmo_tf.serving import (
+    Metrics,
+    ModelRegistry,
+    ModelServer,
+    ServerOptions,
+    load_monitoring_config,
+    read_model_config_file,
+    single_model_config,
+)
 
 FLAGS = flags.FLAGS
 
@@ -50,6 +58,10 @@ flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request body accepte
                      upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences x tokens of the longest) per "
                      "model call; larger requests get 413.", lower_bound=1, upper_bound=INT32_MAX)
+# Monitoring.
+flags.DEFINE_string("monitoring_config_file", None, "TF Serving's monitoring config (text proto, e.g. "
+                    "'prometheus_config { enable: true path: \"/monitoring/prometheus/metrics\" }'): serves "
+                    "Prometheus metrics on the REST port.")
 # Deadlines and connections.
 flags.DEFINE_integer("rest_api_timeout_in_ms", 30000, "A predict request's deadline from when it is queued, as in "
                      "TF Serving: 429 if it passes while queued, 504 during the model call; 0 = none.", lower_bound=0,
@@ -104,11 +116,18 @@ def main(argv: list[str]) -> None:
     except ValueError as e:
         raise app.UsageError(f"--{e}") from None
 
+    try:
+        metrics_path = load_monitoring_config(FLAGS.monitoring_config_file) if FLAGS.monitoring_config_file else None
+    except MonitoringConfigError as e:
+        logging.error("%s", e)
+        raise SystemExit(2) from None
     tf.get_logger().setLevel("WARNING")
+    registry = None
+    metrics = Metrics(queue_depth=lambda: sum(v.batcher.queued_rows for v in registry.loaded()) if registry else 0)
     try:
         configs = (read_model_config_file(FLAGS.model_config_file) if FLAGS.model_config_file
                    else [single_model_config(FLAGS.model_name, base_path)])
-        registry = ModelRegistry([], options.make_batcher, configs=configs,
+        registry = ModelRegistry([], lambda model: options.make_batcher(model, metrics.observe_batch), configs=configs,
                                  poll_wait_seconds=FLAGS.file_system_poll_wait_seconds)
     except (ConfigError, ModelDirError) as e:
         where = f"--model_config_file {FLAGS.model_config_file!r}: " if FLAGS.model_config_file else ""
@@ -116,7 +135,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(2) from None
     _raise_open_files_limit(options.max_connections)
     try:
-        server = ModelServer(registry, FLAGS.host, FLAGS.port, options)
+        server = ModelServer(registry, FLAGS.host, FLAGS.port, options, metrics, metrics_path)
     except OSError as e:
         registry.close()
         logging.error("Cannot listen on %s:%d: %s", FLAGS.host, FLAGS.port, e)

@@ -15,7 +15,7 @@ One job per module:
   http_server.py  the HTTP server (uvicorn): connections, timeouts, limits, graceful shutdown
 
 `from elmo_tf import serving` gives the public API: `ServedModel`, `ModelRegistry`, `ModelServer`, `ServerOptions`,
-`RestApi`, `Batcher`, `Signature`, `ModelConfig`, `VersionPolicy`, `read_model_config_file`, `single_model_config`,
+`RestApi`, `Batcher`, `Metrics`, `load_monitoring_config`, `Signature`, `ModelConfig`, `VersionPolicy`, `read_model_config_file`, `single_model_config`,
 `resolve_model_dir`, `parse_predict_request`, `predict_response`, `predict_response_body`, `json_to_array`. The
 errors (`ServeError`, `ModelDirError`, `ConfigError`, `MonitoringConfigError`) are in elmo_tf/errors.py; the command
 line is elmo_tf/commands/serve.py.
@@ -30,6 +30,7 @@ from elmo_tf.serving.json_codec import (
     predict_response,
     predict_response_body,
 )
+from elmo_tf.serving.metrics import Metrics, load_monitoring_config
 from elmo_tf.serving.model_config import ModelConfig, VersionPolicy, read_model_config_file, single_model_config
 from elmo_tf.serving.model import SEQUENCE_LEN, ServedModel, Signature, resolve_model_dir
 from elmo_tf.serving.registry import LoadedVersion, ModelRegistry
@@ -40,6 +41,7 @@ __all__ = [
     "SEQUENCE_LEN",
     "Batcher",
     "LoadedVersion",
+    "Metrics",
     "ModelConfig",
     "ModelRegistry",
     "ModelServer",
@@ -49,6 +51,7 @@ __all__ = [
     "Signature",
     "VersionPolicy",
     "json_to_array",
+    "load_monitoring_config",
     "parse_predict_request",
     "predict_response",
     "predict_response_body",

@@ -35,7 +35,7 @@ import re
 import socket
 import threading
 import time
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import uvicorn
 from absl import logging
@@ -44,6 +44,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from elmo_tf.errors import ServeError
 from elmo_tf.serving.batcher import Batcher
 from elmo_tf.serving.model import ServedModel
+from elmo_tf.serving.metrics import Metrics
 from elmo_tf.serving.registry import ModelRegistry
 from elmo_tf.serving.rest_api import KNOWN_METHODS, RestApi, RestResponse, error_response, html_error
 
@@ -106,14 +107,16 @@ class ServerOptions:
         """`num_threads`, with 0 resolved."""
         return self.num_threads or max(4 * (os.cpu_count() or 1), 2 * self.max_batch_size)
 
-    def make_batcher(self, model: ServedModel) -> Batcher:
-        """The batcher that runs one loaded model version's requests within these limits."""
+    def make_batcher(self, model: ServedModel, on_batch: Optional[Callable[[int], None]] = None) -> Batcher:
+        """The batcher that runs one loaded model version's requests within these limits (`on_batch`: called with
+        the sentences of each model call, e.g. `Metrics.observe_batch`)."""
         return Batcher(
             model.run,
             max_batch_size=self.max_batch_size,
             timeout_s=self.batch_timeout_ms / 1000.0,
             max_queued_rows=self.max_batch_size * self.max_enqueued_batches,
             max_batch_tokens=self.max_batch_tokens,
+            on_batch=on_batch,
         )
 
 
@@ -210,6 +213,9 @@ class ModelServer:
       host, port: where to listen (port 0 = any free port; see `port`). The socket is bound here, so an address
         in use raises OSError now.
       options: limits and batching.
+      metrics: TF Serving's request and batching metrics (elmo_tf/serving/metrics.py), served at `metrics_path`
+        (TF Serving's --monitoring_config_file) when that is given. A registry built here reports its batch
+        sizes to it; one passed in should be built with `options.make_batcher(model, metrics.observe_batch)`.
     """
 
     def __init__(
@@ -218,10 +224,16 @@ class ModelServer:
         host: str = "127.0.0.1",
         port: int = 8501,
         options: ServerOptions = ServerOptions(),
+        metrics: Optional[Metrics] = None,
+        metrics_path: Optional[str] = None,
     ):
-        self.registry = models if isinstance(models, ModelRegistry) else ModelRegistry([models], options.make_batcher)
+        if isinstance(models, ModelRegistry):
+            self.registry = models
+        else:
+            on_batch = metrics.observe_batch if metrics is not None else None
+            self.registry = ModelRegistry([models], lambda model: options.make_batcher(model, on_batch))
         self.options = options
-        self.api = RestApi(self.registry, options.timeout_ms)
+        self.api = RestApi(self.registry, options.timeout_ms, metrics, metrics_path)
         self._socket = _listen(host, port)
         self._pool = concurrent.futures.ThreadPoolExecutor(options.threads, thread_name_prefix="elmo_tf-rest")
         protocol = functools.partial(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 import urllib.parse
 import zlib
 from typing import Any, Mapping, Optional
@@ -34,7 +35,8 @@ from typing import Any, Mapping, Optional
 from absl import logging
 
 from elmo_tf.errors import ServeError
-from elmo_tf.serving.json_codec import parse_predict_request, predict_response
+from elmo_tf.serving.json_codec import parse_predict_request, predict_response_body
+from elmo_tf.serving.metrics import Metrics
 from elmo_tf.serving.registry import ModelRegistry
 
 # libevent's allowed methods in TF Serving (evhttp_server.cc Initialize); others get 501.
@@ -47,6 +49,7 @@ _SPEC = r"/v1/models{name}(?:/versions/(\d+)|/labels/([^/:]+))?"
 _PREDICT = re.compile(_SPEC.format(name="/([^/:]+)") + r":(classify|regress|predict)", re.I)
 _STATUS = re.compile(_SPEC.format(name="(?:/([^/:]+))?") + r"(?:/(metadata))?", re.I)
 _ORIGIN = re.compile(r"https?://")
+_MODEL_NAME = re.compile(r"/v1/models/([^/:]+)", re.I)
 _JSON = (("Content-Type", "application/json"),)
 
 
@@ -98,16 +101,38 @@ class RestApi:
       registry: the served models (ModelRegistry).
       timeout_ms: how long a predict request may take from entering the batching queue (TF Serving's
         --rest_api_timeout_in_ms); 0 = no limit.
+      metrics: counts every /v1/ request and the latency of successful ones (TF Serving's series), if given.
+      metrics_path: where `metrics` is served as Prometheus text (any method, as TF Serving); None = nowhere.
     """
 
-    def __init__(self, registry: ModelRegistry, timeout_ms: int = 30000):
+    def __init__(self, registry: ModelRegistry, timeout_ms: int = 30000, metrics: Optional[Metrics] = None,
+                 metrics_path: Optional[str] = None):
         if not isinstance(timeout_ms, int) or timeout_ms < 0:
             raise ValueError(f"`timeout_ms` must be an integer >= 0; received {timeout_ms!r}.")
+        if metrics_path is not None and metrics is None:
+            raise ValueError("`metrics_path` needs `metrics`.")
         self.registry = registry
         self.timeout_ms = timeout_ms
+        self.metrics = metrics
+        self.metrics_path = metrics_path
 
     def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> RestResponse:
         """One request -> its response. `target` is the path with its query string; `headers` have lowercase names."""
+        started = time.monotonic()
+        response = self._answer(method, target, headers, body)
+        if self.metrics is not None and method in KNOWN_METHODS and _V1.fullmatch(target):
+            name = _MODEL_NAME.match(target)
+            api = "predict" if method == "POST" and _PREDICT.fullmatch(target) else ""
+            self.metrics.observe_request(urllib.parse.unquote(name.group(1)) if name else "", api, response.status,
+                                         time.monotonic() - started)
+        return response
+
+    def _answer(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> RestResponse:
+        if self.metrics_path is not None and target.split("?", 1)[0] == self.metrics_path:
+            if target != self.metrics_path:  # TF Serving's exact-path handler refuses a query string
+                return RestResponse(400, f"Unexpected path: {target}".encode(), (("Content-Type", "text/plain"),))
+            content_type, text = self.metrics.render()
+            return RestResponse(200, text, (("Content-Type", content_type),))
         if method not in KNOWN_METHODS:
             return html_error(501, "Not Implemented")
         if not _V1.fullmatch(target):
@@ -171,4 +196,4 @@ class RestApi:
             signature, request_format, inputs = parse_predict_request(body, loaded.model.signatures)
             deadline_s = self.timeout_ms / 1000.0 if self.timeout_ms else None
             outputs = loaded.batcher.predict(signature, inputs, deadline_s=deadline_s)
-        return json_response(200, predict_response(request_format, outputs))
+        return RestResponse(200, predict_response_body(request_format, outputs), _JSON)

@@ -478,3 +478,72 @@ def test_batcher_deadline_429_in_queue_504_in_call_none_without():
     release.set()
     assert batcher.predict(signature, one)["sequence_len"].tolist() == [3]  # no deadline: as long as it takes
     batcher.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# The metrics page and the float text over HTTP (rows 11 and 15)
+
+
+def test_metrics_page_counts_requests_latency_and_batches(model):
+    from elmo_tf.serving import metrics as M
+
+    metrics = serving.Metrics()
+    srv = serving.ModelServer(model, "127.0.0.1", 0, serving.ServerOptions(), metrics, M.DEFAULT_PATH)
+    thread = srv.serve_in_background()
+    try:
+        assert_ok(send(srv.port, "POST", PREDICT, ONE))
+        assert_ok(send(srv.port, "POST", PREDICT, json.dumps({"instances": SENTENCES[:3]}).encode()), 3)
+        assert send(srv.port, "POST", "/v1/models/other:predict", ONE).status == 404
+        assert send(srv.port, "GET", "/v1/models/elmo").status == 200
+        assert send(srv.port, "POST", PREDICT + "/").status == 400
+        assert send(srv.port, "GET", "/elsewhere").status == 404  # outside /v1/: not counted, as in TF Serving
+        page = send(srv.port, "GET", M.DEFAULT_PATH)
+        assert page.status == 200 and page.headers["Content-Type"].startswith("text/plain")
+        text = page.body.decode()
+        for line in (f'{M.REQUEST_COUNT}{{model_name="elmo",status="OK"}} 3.0',
+                     f'{M.REQUEST_COUNT}{{model_name="elmo",status="INVALID_ARGUMENT"}} 1.0',
+                     f'{M.REQUEST_COUNT}{{model_name="other",status="NOT_FOUND"}} 1.0',
+                     f'{M.REQUEST_LATENCY}_count{{API="predict",entrypoint="REST",model_name="elmo"}} 2.0',
+                     f'{M.REQUEST_LATENCY}_count{{API="",entrypoint="REST",model_name="elmo"}} 1.0',
+                     f"{M.BATCH_SIZE}_sum 4.0", f"{M.BATCH_SIZE}_count 2.0", f"{M.QUEUE_DEPTH} 0.0"):
+            assert line in text, (line, text)
+        assert "elsewhere" not in text
+        # Any method on the exact path; a query string is refused as TF Serving does.
+        assert send(srv.port, "POST", M.DEFAULT_PATH).status == 200
+        refused = send(srv.port, "GET", M.DEFAULT_PATH + "?x=1")
+        assert (refused.status, refused.body) == (400, f"Unexpected path: {M.DEFAULT_PATH}?x=1".encode())
+    finally:
+        srv.stop()
+        thread.join(CHILD_TIMEOUT)
+
+
+def test_no_metrics_page_without_a_monitoring_config(server):
+    assert send(server.port, "GET", "/monitoring/prometheus/metrics").status == 404
+
+
+def test_predict_floats_are_written_as_tf_serving_writes_them(server):
+    """Every number of a predict body: "%g" when that round-trips to the float32, else "%.9g", with ".0" when it has
+    neither "." nor "e" (json_tensor.cc WriteDecimal); the exact strings are in test_json_codec.py."""
+    reply = send(server.port, "POST", PREDICT, json.dumps({"signature_name": "default", "instances": SENTENCES[:2]}).encode())
+    assert reply.status == 200
+    floats = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, tuple) and value[0] == "float":
+            floats.append(value[1])
+
+    walk(json.loads(reply.body, parse_float=lambda text: ("float", text)))
+    assert len(floats) > 100
+    for text in floats:
+        value = np.float32(float(text))  # exact: the text must give back the model's float32
+        short = "%g" % value
+        expected = short if np.float32(float(short)) == value else "%.9g" % value
+        if "." not in expected and "e" not in expected:
+            expected += ".0"
+        assert text == expected

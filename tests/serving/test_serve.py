@@ -113,7 +113,7 @@ def assert_outputs_equal(got: dict, want: dict[str, np.ndarray], tol: float = 0.
     """Same keys, shapes and values (exactly, or within `tol`)."""
     assert sorted(got) == sorted(want)
     for key, value in want.items():
-        array = np.asarray(got[key])
+        array = np.asarray(got[key], dtype=value.dtype)  # JSON numbers are the model's float32 values, as text
         assert array.shape == value.shape, (key, array.shape, value.shape)
         np.testing.assert_allclose(array, value, rtol=0, atol=tol, err_msg=key)
 
