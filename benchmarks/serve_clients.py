@@ -11,7 +11,11 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import os
+import re
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -97,3 +101,30 @@ def latency_ms(results: list[Result]) -> dict[str, float]:
         "p99_ms": round(1e3 * p99, 2),
         "mean_ms": round(1e3 * statistics.mean(latencies), 2),
     }
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of process `pid` in MB (Linux)."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read())[1]) / 1024.0
+
+
+def start_server(model_dir: str, flags: list[str], timeout_s: float = 300.0) -> tuple[subprocess.Popen, int]:
+    """Starts `python -m elmo_tf.serve --model_dir=... --port=0 FLAGS` and returns it with the port it listens on."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    server = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={model_dir}", "--port=0", *flags],
+                              cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + timeout_s
+    line = ""
+    for line in server.stderr:
+        match = re.search(r"at http://[^:]+:(\d+)/v1/models/", line)
+        if match:
+            threading.Thread(target=server.stderr.read, daemon=True).start()  # keep draining the log
+            return server, int(match[1])
+        if time.time() > deadline:
+            break
+    server.kill()
+    raise SystemExit(f"The server did not start; its log ended with: {line}")

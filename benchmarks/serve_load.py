@@ -26,7 +26,6 @@ import argparse
 import http.client
 import json
 import os
-import re
 import resource
 import signal
 import socket
@@ -40,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.common import print_table, save  # noqa: E402
-from benchmarks.serve_clients import PREDICT, Request, latency_ms, run_clients  # noqa: E402
+from benchmarks.serve_clients import PREDICT, Request, latency_ms, rss_mb, run_clients, start_server  # noqa: E402
 
 TINY = os.path.join(ROOT, "tests", "fixtures", "tiny")
 
@@ -68,29 +67,9 @@ def one_sentence(client: int, k: int) -> Request:
     return Request("valid", json.dumps({"instances": [s]}).encode(), tokens=len(s.split()))
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read())[1]) / 1024.0
-
-
-def start_server(model_dir: str) -> tuple[subprocess.Popen, int]:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "elmo_tf.serve", f"--model_dir={model_dir}", "--port=0",
-         f"--max_batch_size={a.max_batch_size}", f"--rest_api_max_connections={a.idle + 1024}",
-         "--rest_api_idle_timeout_s=3600", *a.server_flag],
-        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
-    )
-    deadline = time.time() + 300
-    for line in server.stderr:
-        match = re.search(r"at http://[^:]+:(\d+)/v1/models/", line)
-        if match:
-            threading.Thread(target=server.stderr.read, daemon=True).start()  # keep draining the log
-            return server, int(match[1])
-        if time.time() > deadline:
-            break
-    server.kill()
-    raise SystemExit("The server did not start.")
+def launch(model_dir: str) -> tuple[subprocess.Popen, int]:
+    return start_server(model_dir, [f"--max_batch_size={a.max_batch_size}", f"--rest_api_max_connections={a.idle + 1024}",
+                                    "--rest_api_idle_timeout_s=3600", *a.server_flag])
 
 
 def load_row(port: int, case: str, clients: int, pid: int | None) -> dict:
@@ -179,7 +158,7 @@ def main() -> None:
                                     os.path.join(scratch.name, "module"))
     port = a.port
     if port is None:
-        server, port = start_server(model_dir)
+        server, port = launch(model_dir)
     pid = server.pid if server else None
     load_before = os.getloadavg()
     rows = []

@@ -22,7 +22,6 @@ import base64
 import collections
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -35,7 +34,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from benchmarks import common  # noqa: E402
-from benchmarks.serve_clients import PREDICT, Request, latency_ms, run_clients  # noqa: E402
+from benchmarks.serve_clients import PREDICT, Request, latency_ms, rss_mb, run_clients, start_server  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("--seconds", type=float, default=60.0)
@@ -101,28 +100,8 @@ def next_request(client: int, k: int) -> Request:
     return valid_request(client * 7 + k)
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read())[1]) / 1024.0
-
-
-def start_server(model_dir: str) -> tuple[subprocess.Popen, int]:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "elmo_tf.serve", f"--model_dir={model_dir}", "--port=0",
-         f"--max_request_bytes={a.max_request_bytes}", f"--max_batch_tokens={a.max_batch_tokens}"],
-        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
-    )
-    deadline = time.time() + 300
-    for line in server.stderr:
-        match = re.search(r"at http://[^:]+:(\d+)/v1/models/", line)
-        if match:
-            threading.Thread(target=server.stderr.read, daemon=True).start()  # keep draining the log
-            return server, int(match[1])
-        if time.time() > deadline:
-            break
-    server.kill()
-    raise SystemExit(f"The server did not start; its log ended with: {line}")
+def launch(model_dir: str) -> tuple[subprocess.Popen, int]:
+    return start_server(model_dir, [f"--max_request_bytes={a.max_request_bytes}", f"--max_batch_tokens={a.max_batch_tokens}"])
 
 
 def main() -> int:
@@ -135,7 +114,7 @@ def main() -> int:
         tiny = os.path.join(ROOT, "tests", "fixtures", "tiny")
         model_dir = export_original(os.path.join(tiny, "options.json"), os.path.join(tiny, "weights.hdf5"),
                                     os.path.join(scratch.name, "module"))
-    server, port = start_server(model_dir)
+    server, port = launch(model_dir)
     load_before = os.getloadavg()
     try:
         run_clients(port, a.clients, 3.0, next_request)  # warm-up: every kind of request once at least

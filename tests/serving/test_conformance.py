@@ -13,12 +13,8 @@ import dataclasses
 import gzip
 import http.client
 import json
-import os
-import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -29,7 +25,7 @@ import tensorflow as tf
 from elmo_tf import serving
 from elmo_tf.errors import ServeError
 from elmo_tf.serving.rest_api import gunzip
-from tests.serving.test_serve import CHILD_TIMEOUT, REPO, SENTENCES, fake_signature
+from tests.serving.test_serve import CHILD_TIMEOUT, SENTENCES, fake_signature, start_serve
 
 PREDICT = "/v1/models/elmo:predict"
 ONE = json.dumps({"instances": [SENTENCES[0]]}).encode()
@@ -400,21 +396,9 @@ def test_no_deadline_when_timeout_is_0(model):
 @pytest.mark.slow
 def test_sigterm_answers_every_accepted_request(base_path, tmp_path):
     log_path = tmp_path / "serve.log"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    with open(log_path, "w") as log:
-        # A 2 s batch window and batches of 4: 16 requests are queued or running when SIGTERM arrives.
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "elmo_tf.serve", f"--model_dir={base_path}", "--port=0",
-             "--batch_timeout_ms=2000", "--max_batch_size=4"],
-            cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
+    # A 2 s batch window and batches of 4: 16 requests are queued or running when SIGTERM arrives.
+    proc, port = start_serve(base_path, log_path, "--batch_timeout_ms=2000", "--max_batch_size=4")
     try:
-        deadline, match = time.monotonic() + CHILD_TIMEOUT, None
-        while not match and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-            match = re.search(r"at http://127\.0\.0\.1:(\d+)/v1/models/elmo", log_path.read_text())
-        assert match, log_path.read_text()
-        port = int(match.group(1))
         replies: list = [None] * 16
 
         def client(i):

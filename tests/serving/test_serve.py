@@ -109,6 +109,23 @@ def rows_to_columns(predictions: list[dict]) -> dict[str, np.ndarray]:
     return {key: np.array([p[key] for p in predictions]) for key in predictions[0]}
 
 
+def start_serve(base_path, log_path, *flags: str) -> tuple[subprocess.Popen, int]:
+    """`python -m elmo_tf.serve` on `base_path` at a free port (its log in `log_path`), once it listens: (process, port)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={base_path}", "--port=0", *flags],
+                                cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline, match = time.monotonic() + CHILD_TIMEOUT, None
+    while not match and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        match = re.search(r"at http://127\.0\.0\.1:(\d+)/v1/models/elmo", log_path.read_text())
+    if not match:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"The server did not start: {log_path.read_text()}")
+    return proc, int(match.group(1))
+
+
 def assert_outputs_equal(got: dict, want: dict[str, np.ndarray], tol: float = 0.0) -> None:
     """Same keys, shapes and values (exactly, or within `tol`)."""
     assert sorted(got) == sorted(want)
@@ -468,20 +485,9 @@ def test_resolve_model_dir(tmp_path):
 @pytest.mark.slow
 def test_sigterm_finishes_requests_in_flight_and_exits_0(base_path, reference, tmp_path):
     log_path = tmp_path / "serve.log"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    with open(log_path, "w") as log:
-        # A 3 s batch window keeps the request below queued when SIGTERM arrives.
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "elmo_tf.serve", f"--model_dir={base_path}", "--port=0", "--batch_timeout_ms=3000"],
-            cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
+    # A 3 s batch window keeps the request below queued when SIGTERM arrives.
+    proc, port = start_serve(base_path, log_path, "--batch_timeout_ms=3000")
     try:
-        deadline, match = time.monotonic() + CHILD_TIMEOUT, None
-        while not match and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-            match = re.search(r"at http://127\.0\.0\.1:(\d+)/v1/models/elmo", log_path.read_text())
-        assert match, log_path.read_text()
-        port = int(match.group(1))
 
         idle = http.client.HTTPConnection("127.0.0.1", port, timeout=CHILD_TIMEOUT)  # a keep-alive client, idle
         idle.request("GET", "/v1/models/elmo")
