@@ -68,6 +68,11 @@ flags.DEFINE_integer("lm_steps_en", 5453, "Training steps of the English biLM (b
 flags.DEFINE_integer("lm_steps_zh", 3000, "Training steps of the Chinese biLM.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_float("lm_max_minutes", 60.0, "Time budget per biLM and invocation: training stops earlier (checkpoint kept) and the next invocation continues.")
 flag_checks.check_float("lm_max_minutes", 0, low_open=True)
+flags.DEFINE_float("lm_zero_state_ratio", 2.0, "A biLM counts as healthy when, from a zero LSTM state (as an exported "
+                   "module starts), neither direction's held-out perplexity exceeds this multiple of the other's.")
+flag_checks.check_float("lm_zero_state_ratio", 1, None)
+flags.DEFINE_integer("lm_zero_state_extra_steps", 1000, "Most steps a biLM trains beyond its budget, --eval_every at a time, "
+                     "while it is not healthy from a zero state (0 = never).", lower_bound=0, upper_bound=INT32_MAX)
 flags.DEFINE_integer("eval_every", 250, "Steps between held-out perplexity points.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("heldout_sentences", 300, "Size of the held-out sample for the perplexity curve.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_string("reference", os.path.join(os.path.dirname(HERE), "shared", "reference", "bilm_tf_small_training.json"),
@@ -157,12 +162,26 @@ class Pipeline:
 
         steps = FLAGS.lm_steps_en if lang == "en" else FLAGS.lm_steps_zh
         save_dir = os.path.join(self.run_dir, "lm", lang)
-        summary, bilm = train_lm(corpus, save_dir, steps=steps, max_minutes=FLAGS.lm_max_minutes,
+        extra = 0
+        while True:  # the budget, then more steps while one direction is unhealthy from a zero state (see below)
+            summary, bilm = train_lm(corpus, save_dir, steps=steps + extra, max_minutes=FLAGS.lm_max_minutes,
+                                     eval_every=FLAGS.eval_every, seed=FLAGS.seed, score_heldout_files=False)
+            if not summary["complete"]:  # not recorded as done: the next invocation resumes the training
+                print(f"\n  {lang} biLM stopped at step {summary['steps']} of {steps + extra} (--lm_max_minutes="
+                      f"{FLAGS.lm_max_minutes}); run the same command again to continue from its checkpoint.", flush=True)
+                sys.exit(3)
+            last = summary["last_point"]
+            ratio = max(last["perplexity_forward"], last["perplexity_backward"]) / min(
+                last["perplexity_forward"], last["perplexity_backward"])
+            if ratio <= FLAGS.lm_zero_state_ratio or extra >= FLAGS.lm_zero_state_extra_steps:
+                break
+            print(f"\n  {lang} biLM at step {steps + extra}: from a zero state one direction's held-out perplexity is "
+                  f"{ratio:.1f}x the other's (forward {last['perplexity_forward']:.1f}, backward "
+                  f"{last['perplexity_backward']:.1f}); training {FLAGS.eval_every} more steps", flush=True)
+            extra += FLAGS.eval_every
+        summary, bilm = train_lm(corpus, save_dir, steps=steps + extra, max_minutes=FLAGS.lm_max_minutes,
                                  eval_every=FLAGS.eval_every, seed=FLAGS.seed)
-        if not summary["complete"]:  # not recorded as done: the next invocation resumes the training
-            print(f"\n  {lang} biLM stopped at step {summary['steps']} of {steps} (--lm_max_minutes={FLAGS.lm_max_minutes}); "
-                  "run the same command again to continue from its checkpoint.", flush=True)
-            sys.exit(3)
+        summary.update(budget_steps=steps, zero_state_extra_steps=extra, zero_state_ratio=ratio)
         module = os.path.join(self.run_dir, "modules", lang)
         os.makedirs(os.path.dirname(module), exist_ok=True)
         print(f"  exporting {module}", flush=True)

@@ -96,11 +96,12 @@ def prepare_corpus(train_glob: str, heldout_glob: str, out_dir: str, tokenizer: 
 
 
 def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eval_every: int, seed: int, preset: str = "small",
-             options_file: Optional[str] = None):
+             options_file: Optional[str] = None, score_heldout_files: bool = True):
     """Trains a biLM (resuming from save_dir), evaluating held-out perplexity every `eval_every` steps into curve.json.
 
-    Stops at `steps` or after `max_minutes` of training in this call (checkpoint kept), whichever comes first.
-    Returns (summary dict, the trained `BiLM` for export).
+    Stops at `steps` or after `max_minutes` of training in this call (checkpoint kept), whichever comes first; when
+    it reached `steps` and `score_heldout_files`, each whole held-out file is scored. Returns (summary dict, the
+    trained `BiLM` for export).
     """
     from elmo_tf import training
     from elmo_tf.model import presets
@@ -155,7 +156,7 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
         evaluate(step)
     final = curve["points"][-1]
     full = {}
-    if step >= steps:  # complete: each whole held-out file, full softmax, from a zero state as an exported module starts
+    if step >= steps and score_heldout_files:  # complete: each whole held-out file, full softmax, from a zero state as an exported module starts
         for path in corpus.get("heldout_full", []):
             r = trainer.evaluate(path)
             full[os.path.basename(path)] = r
@@ -163,6 +164,7 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
                   f"backward {r['perplexity_backward']:.1f}, {r['tokens']} tokens)", flush=True)
     summary = {
         "complete": step >= steps,
+        "last_point": final,
         "heldout_full": full,
         "steps": step,
         "target_steps": steps,

@@ -268,9 +268,12 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
     lines = ["# Results: what elmo_tf's embeddings buy on small sentiment tasks", "", FRAMING, ""]
     lines += ["## Set-up (this run)", ""]
     lines += ["| | English | Chinese |", "|---|---|---|"]
-    lines.append(f"| biLM (`{s['preset']}` preset) trained | {lm['en']['steps']:,} steps, {lm['en']['minutes']:.0f} min, "
-                 f"{lm['en']['tokens_seen']:,} tokens | {lm['zh']['steps']:,} steps, {lm['zh']['minutes']:.0f} min, "
-                 f"{lm['zh']['tokens_seen']:,} tokens |")
+    def trained(r: dict) -> str:
+        extra = r.get("zero_state_extra_steps", 0)
+        more = f" ({r['budget_steps']:,} + {extra:,} until healthy from a zero state)" if extra else ""
+        return f"{r['steps']:,} steps{more}, {r['minutes']:.0f} min, {r['tokens_seen']:,} tokens"
+
+    lines.append(f"| biLM (`{s['preset']}` preset) trained | {trained(lm['en'])} | {trained(lm['zh'])} |")
     lines.append(f"| LM corpus | {lm['en']['train_lines']:,} sentences, words | "
                  f"{lm['zh']['train_lines']:,} sentences, characters (`cjk_chars`) |")
     lines.append(f"| held-out perplexity, curve sample ({lm['en']['heldout_tokens']:,} / {lm['zh']['heldout_tokens']:,} tokens) | "

@@ -87,6 +87,8 @@ COMMANDS = {
                                                    "batch_size", "hidden", "head_epochs", "min_head_steps", "max_head_steps",
                                                    "ft_epochs")},
         "dev_examples": (NON_NEGATIVE, ["-1", str(2**31)]),
+        "lm_zero_state_extra_steps": (NON_NEGATIVE, ["-1", str(2**31)]),
+        "lm_zero_state_ratio": ("a finite number >= 1", ["0.5", "-1", "inf", "nan"]),
         "seed": (SEED, ["-1", str(2**32)]),
         "seeds": (SEED, ["-1", "0,x", "0,4294967296", ""]),
         "ft_seeds": (SEED, ["-1", "0,x", "0,4294967296"]),
