@@ -20,8 +20,8 @@ VARIANT_LABELS = {
 FRAMING = """\
 This page is written by `evaluate.py` (`bash evaluate.sh`); only this paragraph is fixed text. It
 repeats the ELMo paper's ablations at small scale on a 2-core CPU: two `small` biLMs (English words,
-Chinese characters) trained for about 40 minutes each with the trainer that follows the original
-bilm-tf step for step (docs/TRAINING.md), instead of a 4096-unit model trained for weeks, and sentence
+Chinese characters) trained for the steps of the original bilm-tf's 40-minute reference run, with the
+trainer that follows it step for step (docs/TRAINING.md), instead of a 4096-unit model trained for weeks, and sentence
 classifiers trained on 100 to all of a task's training examples, against word2vec on the same corpus
 and a TF-IDF + logistic-regression baseline. Differences are reported pair by pair (same examples,
 same seed) with their spread; where the spread covers a difference, the page says so."""
@@ -146,10 +146,10 @@ def plot_curves(curves: dict, path: str, reference: dict | None = None, full: di
             ref = _window_means([(int(k), v) for k, v in reference[name]["train"].items()])
             ax.plot(*zip(*ref), "s--", ms=3, color="C3", label="original bilm-tf, same recipe and corpus")
             for i, (file, value) in enumerate(reference[name]["heldout"].items()):
-                ax.plot([reference[name]["steps"]], [value], "*", ms=10, color="C3", alpha=0.6 + 0.4 * i,
+                ax.plot([reference[name]["steps"]], [value], "*Xd"[i % 3], ms=9, color="C3", linestyle="none",
                         label=f"original, whole {file}: {value:.1f}")
         for i, (file, r) in enumerate((full or {}).get(name, {}).items()):
-            ax.plot([pts[-1]["step"]], [r["perplexity"]], "P", ms=9, color="C2", alpha=0.6 + 0.4 * i,
+            ax.plot([pts[-1]["step"]], [r["perplexity"]], "P^v"[i % 3], ms=8, color="C2", linestyle="none",
                     label=f"ours, whole {file}: {r['perplexity']:.1f}")
         ax.set_yscale("log")
         ax.set_xlabel("training step (batch 32 x 20 tokens)")
