@@ -363,7 +363,11 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
     lines += ["## Perplexity while training", "",
               "Held-out perplexity on the curve's sample (full softmax, from a zero state as the exported module starts), "
               "training perplexity (sampled softmax) as 500-step means, and for English the original bilm-tf trainer's "
-              "curve and held-out figures with the same recipe and corpus.", "", f"![perplexity]({images['curves']})", ""]
+              "curve and held-out figures with the same recipe and corpus. The spikes of the held-out curve are one direction "
+              "in a bad regime when started from a zero LSTM state (the training itself carries its state and never starts "
+              "from zero); the original trainer's checkpoints do the same (docs/TRAINING.md, \"Zero-state collapse\"). "
+              "Training stops only where both directions are healthy from a zero state (`--lm_zero_state_ratio`).", "",
+              f"![perplexity]({images['curves']})", ""]
     lines += ["## Polysemy: one word, two senses, per layer", "",
               "Cosine similarity of the word's vectors within a sense and between senses, and leave-one-out "
               "nearest-centroid accuracy (0.5 = chance; layer 0 is context-free, so every occurrence has the same vector).", "",
