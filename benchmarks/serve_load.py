@@ -11,13 +11,13 @@ connection and sends 1-sentence `{"instances": [...]}` requests back to back. Ca
 
   load        1, 8, 64 clients: requests/s (= sentences/s), p50/p99 latency, errors
   idle        the same while --idle further connections are open and silent (the open-files limit is raised)
-  embedder    the in-process Embedder (elmo_tf/embedding) on the same sentences at --max_batch_size: the upper
-              bound the server's batching can reach
+  embedder    the in-process Embedder (elmo_tf/embedding) on the same sentences at --max_batch_size, sorted by
+              length (its default) and in arrival order (the padding of the server's batches)
   sigterm     64 clients, SIGTERM after --sigterm_after seconds: every request sent on an open connection must
               be answered; counted are answered (200 / other), refused connections (after the listening socket
               closed: never accepted) and requests left without a response (lost), and the exit status
 
-Prints a table and writes benchmarks/results/serve_load.json (serve_load_quick.json with --quick).
+Prints a table and writes benchmarks/results/NAME.json (--name, default serve_load; NAME_quick with --quick).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ p.add_argument("--server_flag", action="append", default=[], help="passed to elm
                "--server_flag=--rest_api_num_threads=16 (repeatable)")
 p.add_argument("--skip", default="", help="comma-separated cases to leave out: idle, embedder, sigterm")
 p.add_argument("--quick", action="store_true", help="5 s per case, 64-client SIGTERM after 2 s")
+p.add_argument("--name", default="serve_load", help="results file benchmarks/results/NAME.json (NAME_quick with --quick)")
 a = p.parse_args()
 if a.quick:
     a.seconds, a.sigterm_after = 5.0, 2.0
@@ -79,18 +80,21 @@ def load_row(port: int, case: str, clients: int, pid: int | None) -> dict:
             "server_rss_mb": rss_mb(pid) if pid else float("nan")}
 
 
-def embedder_row(model_dir: str) -> dict:
+def embedder_row(model_dir: str, sort_by_length: bool) -> dict:
+    """The Embedder on 4 x max_batch_size sentences at a time: sorted by length (its default, less padding than
+    the server's batches of whatever arrives), or in arrival order (the server's padding)."""
     from elmo_tf.embedding.embedder import Embedder
 
-    embedder = Embedder(model_dir, batch_size=a.max_batch_size, layers="all")
+    embedder = Embedder(model_dir, batch_size=a.max_batch_size, layers="all", sort_by_length=sort_by_length)
     texts = (SENTENCES * (1 + 4 * a.max_batch_size // len(SENTENCES)))[: 4 * a.max_batch_size]
     embedder.embed_texts(texts[: a.max_batch_size])  # warm-up (tracing)
     done, start = 0, time.perf_counter()
     while time.perf_counter() - start < min(a.seconds, 30.0):
         embedder.embed_texts(texts)
         done += len(texts)
-    return {"case": f"in-process Embedder, batch {a.max_batch_size}", "clients": "-", "requests": done, "errors": 0,
-            "sentences_per_s": done / (time.perf_counter() - start)}
+    order = "sorted by length" if sort_by_length else "arrival order"
+    return {"case": f"in-process Embedder, batch {a.max_batch_size}, {order}", "clients": "-", "requests": done,
+            "errors": 0, "sentences_per_s": done / (time.perf_counter() - start)}
 
 
 def sigterm_row(server: subprocess.Popen, port: int, clients: int) -> dict:
@@ -173,7 +177,7 @@ def main() -> None:
             for sock in idle:
                 sock.close()
         if model_dir is not None and "embedder" not in skip:
-            rows.append(embedder_row(model_dir))
+            rows += [embedder_row(model_dir, True), embedder_row(model_dir, False)]
         if server is not None and "sigterm" not in skip:
             rows.append(sigterm_row(server, port, max(clients)))
     finally:
@@ -187,7 +191,7 @@ def main() -> None:
     for row in rows:
         if "exit_status" in row:
             print({k: row[k] for k in ("answered_200", "answered_other", "refused", "lost", "lost_errors", "exit_status")})
-    print("saved", save("serve_load_quick" if a.quick else "serve_load",
+    print("saved", save(f"{a.name}_quick" if a.quick else a.name,
                         {"args": vars(a), "load_average_before": load_before, "rows": rows}))
 
 

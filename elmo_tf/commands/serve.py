@@ -21,6 +21,7 @@ from absl import app, flags, logging
 from elmo_tf.commands.flag_checks import INT32_MAX, check_float, run_command
 from elmo_tf.errors import ConfigError, ModelDirError, MonitoringConfigError
 from elmo_tf.serving import (
+    FLOAT_FORMATS,
     Metrics,
     ModelRegistry,
     ModelServer,
@@ -62,6 +63,11 @@ flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences 
 flags.DEFINE_string("monitoring_config_file", None, "TF Serving's monitoring config (text proto, e.g. "
                     "'prometheus_config { enable: true path: \"/monitoring/prometheus/metrics\" }'): serves "
                     "Prometheus metrics on the REST port.")
+# Responses.
+flags.DEFINE_enum("float_format", "tf_serving", FLOAT_FORMATS, "The text of floats in predict responses: "
+                  "'tf_serving' writes each as TF Serving does (%g, else %.9g); 'shortest' writes the shortest text "
+                  "that reads back as the same value (orjson), about 6x faster to write and ~10% smaller, the "
+                  "values clients read being the same.")
 # Deadlines and connections.
 flags.DEFINE_integer("rest_api_timeout_in_ms", 30000, "A predict request's deadline from when it is queued, as in "
                      "TF Serving: 429 if it passes while queued, 504 during the model call; 0 = none.", lower_bound=0,
@@ -112,6 +118,7 @@ def main(argv: list[str]) -> None:
             max_connections=FLAGS.rest_api_max_connections,
             read_timeout_s=FLAGS.rest_api_read_timeout_s,
             idle_timeout_s=FLAGS.rest_api_idle_timeout_s,
+            float_format=FLAGS.float_format,
         )
     except ValueError as e:
         raise app.UsageError(f"--{e}") from None

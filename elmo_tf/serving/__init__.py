@@ -25,6 +25,7 @@ from elmo_tf.serving.batcher import Batcher
 from elmo_tf.serving.http_server import ModelServer, ServerOptions
 from elmo_tf.serving.json_codec import (
     DEFAULT_SIGNATURE,
+    FLOAT_FORMATS,
     json_to_array,
     parse_predict_request,
     predict_response,
@@ -38,6 +39,7 @@ from elmo_tf.serving.rest_api import RestApi
 
 __all__ = [
     "DEFAULT_SIGNATURE",
+    "FLOAT_FORMATS",
     "SEQUENCE_LEN",
     "Batcher",
     "LoadedVersion",

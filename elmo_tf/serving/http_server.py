@@ -43,6 +43,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from elmo_tf.errors import ServeError
 from elmo_tf.serving.batcher import Batcher
+from elmo_tf.serving.json_codec import FLOAT_FORMATS
 from elmo_tf.serving.model import ServedModel
 from elmo_tf.serving.metrics import Metrics
 from elmo_tf.serving.registry import ModelRegistry
@@ -73,6 +74,7 @@ class ServerOptions:
       max_connections: most open connections; more are closed as soon as they are accepted.
       read_timeout_s: time allowed for a request's headers, and then for its body.
       idle_timeout_s: time a connection may stay open without a request.
+      float_format: the text of floats in predict responses, "tf_serving" or "shortest" (`RestApi`).
     """
 
     max_batch_size: int = 64
@@ -85,6 +87,7 @@ class ServerOptions:
     max_connections: int = 10000
     read_timeout_s: float = 30.0
     idle_timeout_s: float = 60.0
+    float_format: str = "tf_serving"
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens",
@@ -101,6 +104,8 @@ class ServerOptions:
         for name in ("read_timeout_s", "idle_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"`{name}` must be > 0; received {getattr(self, name)!r}.")
+        if self.float_format not in FLOAT_FORMATS:
+            raise ValueError(f"`float_format` must be one of {FLOAT_FORMATS}; received {self.float_format!r}.")
 
     @property
     def threads(self) -> int:
@@ -233,7 +238,7 @@ class ModelServer:
             on_batch = metrics.observe_batch if metrics is not None else None
             self.registry = ModelRegistry([models], lambda model: options.make_batcher(model, on_batch))
         self.options = options
-        self.api = RestApi(self.registry, options.timeout_ms, metrics, metrics_path)
+        self.api = RestApi(self.registry, options.timeout_ms, metrics, metrics_path, options.float_format)
         self._socket = _listen(host, port)
         self._pool = concurrent.futures.ThreadPoolExecutor(options.threads, thread_name_prefix="elmo_tf-rest")
         protocol = functools.partial(

@@ -11,6 +11,11 @@ name (an unknown key in a row-format instance object is an error).
 `predict_response_body` writes the response text with TF Serving's float notation (`json_tensor.cc`
 `WriteDecimal`): "%g" (6 significant digits) when that parses back to the same value, else "%.9g" (float32)
 or "%.17g" (float64); ".0" appended when the text has neither "." nor "e"; bare NaN, Infinity, -Infinity.
+That costs about 270 ns per number in Python (6-7 ms for one sentence's outputs of the small English biLM,
+~23,000 numbers). `float_format="shortest"` writes float32 / float64 outputs with orjson instead: the shortest
+text that parses back to the same value (e.g. "0.33333334" where TF Serving writes "0.333333343"), about 33 ns
+per number; the values a client reads are the same, the text is not TF Serving's (an output holding NaN or
+infinities is still written as TF Serving writes it).
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ import json
 from typing import Any, Optional
 
 import numpy as np
+import orjson
 import tensorflow as tf
 
 from elmo_tf.errors import ServeError
 from elmo_tf.serving.model import SEQUENCE_LEN, Signature, numpy_dtype
 
 DEFAULT_SIGNATURE = "serving_default"
+FLOAT_FORMATS = ("tf_serving", "shortest")  # the float text of responses (see the module docstring)
 _DECODER = json.JSONDecoder()  # accepts NaN and Infinity, as TF Serving does
 
 
@@ -364,8 +371,20 @@ def _nest(leaves: list[str], shape: tuple[int, ...]) -> list[str]:
     return leaves
 
 
-def _row_texts(name: str, array: np.ndarray) -> list[str]:
-    """The JSON text of each item of axis 0 of `array` (ndim >= 1), as TF Serving writes it."""
+def _shortest_row_texts(array: np.ndarray) -> list[str]:
+    """The JSON text of each item of axis 0 of a finite float32 / float64 `array` (ndim >= 1), each number the
+    shortest text that parses back to it (orjson)."""
+    if array.ndim == 1:
+        return orjson.dumps(np.ascontiguousarray(array), option=orjson.OPT_SERIALIZE_NUMPY).decode()[1:-1].split(",")
+    return [orjson.dumps(np.ascontiguousarray(row), option=orjson.OPT_SERIALIZE_NUMPY).decode() for row in array]
+
+
+def _row_texts(name: str, array: np.ndarray, float_format: str = "tf_serving") -> list[str]:
+    """The JSON text of each item of axis 0 of `array` (ndim >= 1), as TF Serving writes it (floats: see
+    `float_format` of `predict_response_body`)."""
+    if (float_format == "shortest" and array.dtype in (np.float32, np.float64) and array.size
+            and np.isfinite(array).all()):
+        return _shortest_row_texts(array)
     if array.dtype.kind != "f" or array.size == 0:
         return [json.dumps(row, separators=(",", ":")) for row in _jsonable(name, array)]
     specs, formatted = _float_specs(array.ravel())
@@ -379,29 +398,37 @@ def _row_texts(name: str, array: np.ndarray) -> list[str]:
     return texts
 
 
-def _tensor_text(name: str, array: np.ndarray) -> str:
+def _tensor_text(name: str, array: np.ndarray, float_format: str) -> str:
     if array.ndim == 0:
-        return _row_texts(name, array.reshape(1))[0]
-    return "[" + ",".join(_row_texts(name, array)) + "]"
+        return _row_texts(name, array.reshape(1), float_format)[0]
+    return "[" + ",".join(_row_texts(name, array, float_format)) + "]"
 
 
-def predict_response_body(request_format: str, outputs: dict[str, np.ndarray]) -> bytes:
+def predict_response_body(request_format: str, outputs: dict[str, np.ndarray], float_format: str = "tf_serving") -> bytes:
     """The JSON body of `predict_response(request_format, outputs)`, with floats written as TF Serving writes them.
 
     Not strict JSON when an output holds NaN or infinities (written bare, as TF Serving does; Python's json
     module reads them). Raises ServeError(400) as `predict_response` does.
+
+    Args:
+      request_format: "row" (instances) or "columnar" (inputs).
+      outputs: the outputs of one request.
+      float_format: "tf_serving" (TF Serving's text of each float) or "shortest" (the shortest text that parses
+        back to the same value, ~8x faster to write; see the module docstring).
     """
+    if float_format not in FLOAT_FORMATS:
+        raise ValueError(f"`float_format` must be one of {FLOAT_FORMATS}; received {float_format!r}.")
     names = sorted(outputs)
     key = {name: json.dumps(name) for name in names}
     if request_format == "columnar":
         if len(names) == 1:
-            return f'{{"outputs":{_tensor_text(names[0], outputs[names[0]])}}}'.encode()
-        fields = ",".join(f"{key[name]}:{_tensor_text(name, outputs[name])}" for name in names)
+            return f'{{"outputs":{_tensor_text(names[0], outputs[names[0]], float_format)}}}'.encode()
+        fields = ",".join(f"{key[name]}:{_tensor_text(name, outputs[name], float_format)}" for name in names)
         return f'{{"outputs":{{{fields}}}}}'.encode()
     for name in names:
         if outputs[name].ndim == 0:
             raise ServeError(400, f"Output {name!r} has no batch dimension; use the columnar format ('inputs').")
-    columns = {name: _row_texts(name, outputs[name]) for name in names}
+    columns = {name: _row_texts(name, outputs[name], float_format) for name in names}
     if len(names) == 1:
         return ('{"predictions":[' + ",".join(columns[names[0]]) + "]}").encode()
     rows = [

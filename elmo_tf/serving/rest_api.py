@@ -35,7 +35,7 @@ from typing import Any, Mapping, Optional
 from absl import logging
 
 from elmo_tf.errors import ServeError
-from elmo_tf.serving.json_codec import parse_predict_request, predict_response_body
+from elmo_tf.serving.json_codec import FLOAT_FORMATS, parse_predict_request, predict_response_body
 from elmo_tf.serving.metrics import Metrics
 from elmo_tf.serving.registry import ModelRegistry
 
@@ -103,12 +103,18 @@ class RestApi:
         --rest_api_timeout_in_ms); 0 = no limit.
       metrics: counts every /v1/ request and the latency of successful ones (TF Serving's series), if given.
       metrics_path: where `metrics` is served as Prometheus text (any method, as TF Serving); None = nowhere.
+      float_format: the text of floats in predict responses: "tf_serving" (as TF Serving writes them) or
+        "shortest" (the shortest text that reads back as the same value; much faster to write); see
+        `json_codec.predict_response_body`.
     """
 
     def __init__(self, registry: ModelRegistry, timeout_ms: int = 30000, metrics: Optional[Metrics] = None,
-                 metrics_path: Optional[str] = None):
+                 metrics_path: Optional[str] = None, float_format: str = "tf_serving"):
         if not isinstance(timeout_ms, int) or timeout_ms < 0:
             raise ValueError(f"`timeout_ms` must be an integer >= 0; received {timeout_ms!r}.")
+        if float_format not in FLOAT_FORMATS:
+            raise ValueError(f"`float_format` must be one of {FLOAT_FORMATS}; received {float_format!r}.")
+        self.float_format = float_format
         if metrics_path is not None and metrics is None:
             raise ValueError("`metrics_path` needs `metrics`.")
         self.registry = registry
@@ -196,4 +202,4 @@ class RestApi:
             signature, request_format, inputs = parse_predict_request(body, loaded.model.signatures)
             deadline_s = self.timeout_ms / 1000.0 if self.timeout_ms else None
             outputs = loaded.batcher.predict(signature, inputs, deadline_s=deadline_s)
-        return RestResponse(200, predict_response_body(request_format, outputs), _JSON)
+        return RestResponse(200, predict_response_body(request_format, outputs, self.float_format), _JSON)

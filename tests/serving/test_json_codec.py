@@ -160,3 +160,64 @@ def test_row_format_needs_a_batch_dimension():
     with pytest.raises(ServeError) as error:
         predict_response_body("row", {"x": np.float32(1.0)})
     assert error.value.status == 400
+
+
+# -- float_format="shortest" (orjson): the shortest text that reads back as the same value ---------------
+
+
+def decoded_float32(body: bytes) -> np.ndarray:
+    return np.float32(json.loads(body)["outputs"])
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [(1 / 3, "0.33333334"), (0.1, "0.1"), (3.0, "3.0"), (-1.5, "-1.5"), (1e6, "1000000.0"), (-0.0, "-0.0")],
+)
+def test_shortest_float32_text(value, text):
+    body = predict_response_body("columnar", {"x": np.float32([value])}, "shortest")
+    assert body == f'{{"outputs":[{text}]}}'.encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=6, max_size=60))
+def test_shortest_reads_back_as_the_same_float32_for_any_finite_bit_pattern(bits):
+    array = np.uint32(bits[: len(bits) // 6 * 6]).view(np.float32)
+    array = np.where(np.isfinite(array), array, np.float32(1.5)).reshape(-1, 2, 3)
+    cut = array[:, :1]  # a request's outputs cut to its length are not contiguous
+    for values in (array, cut, array[:, 0, 0]):
+        shortest = predict_response_body("columnar", {"x": values}, "shortest")
+        decoded = decoded_float32(shortest)
+        assert decoded.shape == values.shape
+        assert np.array_equal(decoded.view(np.uint32), values.view(np.uint32))  # -0.0 keeps its sign
+        assert len(shortest) <= len(predict_response_body("columnar", {"x": values}))
+
+
+@pytest.mark.parametrize("request_format", ["row", "columnar"])
+def test_shortest_has_the_layout_and_values_of_tf_serving_text(request_format):
+    outputs = {name: value for name, value in OUTPUTS.items()}
+    outputs["scores"] = np.float64([[0.1, 1 / 3], [2.0, -1e300], [5e-324, 7.0]])
+    shortest = json.loads(predict_response_body(request_format, outputs, "shortest"))
+    exact = json.loads(predict_response_body(request_format, outputs))
+    if request_format == "row":  # a list of objects by output name -> an object of lists
+        shortest, exact = ({name: [row[name] for row in body["predictions"]] for name in outputs}
+                           for body in (shortest, exact))
+    else:
+        shortest, exact = shortest["outputs"], exact["outputs"]
+    assert shortest.keys() == exact.keys() == outputs.keys()
+    for name, value in outputs.items():
+        if value.dtype == np.float32:  # other texts of the same float32 values
+            assert np.array_equal(np.float32(shortest[name]), value) and np.array_equal(np.float32(exact[name]), value)
+        else:
+            assert shortest[name] == exact[name], name
+    assert predict_response_body(request_format, outputs, "shortest") != predict_response_body(request_format, outputs)
+
+
+def test_shortest_writes_non_finite_outputs_as_tf_serving_does():
+    outputs = {"x": np.float32([[np.nan, 1 / 3], [np.inf, -np.inf]]), "y": np.float32([[1 / 3], [0.5]])}
+    body = predict_response_body("row", outputs, "shortest")
+    assert body == b'{"predictions":[{"x":[NaN,0.333333343],"y":[0.33333334]},{"x":[Infinity,-Infinity],"y":[0.5]}]}'
+
+
+def test_unknown_float_format_is_refused():
+    with pytest.raises(ValueError, match=r"`float_format` must be one of \('tf_serving', 'shortest'\); received 'fast'"):
+        predict_response_body("row", OUTPUTS, "fast")

@@ -14,6 +14,7 @@ too). The SIGTERM test runs `python -m elmo_tf.serve` as a child process.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import http.client
 import json
 import os
@@ -30,6 +31,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
+import orjson  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -190,6 +192,31 @@ def test_text_columnar_format(server, reference):
     # One-input signatures also take row objects naming the input, as TF Serving does.
     body = predict(server, {"instances": [{"text": t} for t in texts]})
     assert_outputs_equal(rows_to_columns(body["predictions"]), want)
+
+
+def test_shortest_float_format_gives_the_same_float32_values(base_path, reference):
+    """--float_format=shortest: the same float32 values as the model's, written as orjson's shortest text."""
+    options = dataclasses.replace(OPTIONS, float_format="shortest")
+    srv = serving.ModelServer(serving.ServedModel(str(base_path), "elmo"), "127.0.0.1", 0, options)
+    thread = srv.serve_in_background()
+    try:
+        texts = SENTENCES[:2]
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=CHILD_TIMEOUT)
+        conn.request("POST", "/v1/models/elmo:predict", json.dumps({"instances": texts}))
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+        assert response.status == 200, raw
+        assert_outputs_equal(rows_to_columns(json.loads(raw)["predictions"]), direct(reference, "default", text=texts))
+        floats = [n for n in re.findall(rb"-?[0-9][0-9.e+-]*", raw) if b"." in n or b"e" in n]
+        assert len(floats) > 100
+        for text in floats:  # each float is orjson's shortest text of its float32 value
+            assert orjson.dumps(np.float32(float(text)), option=orjson.OPT_SERIALIZE_NUMPY) == text
+    finally:
+        srv.stop()
+        thread.join(timeout=CHILD_TIMEOUT)
+    with pytest.raises(ValueError, match="`float_format` must be one of"):
+        serving.ServerOptions(float_format="fast")
 
 
 def test_tokens_row_format(server, reference):
