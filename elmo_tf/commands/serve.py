@@ -66,7 +66,7 @@ flags.DEFINE_string("monitoring_config_file", None, "TF Serving's monitoring con
 # Responses.
 flags.DEFINE_enum("float_format", "tf_serving", FLOAT_FORMATS, "The text of floats in predict responses: "
                   "'tf_serving' writes each as TF Serving does (%g, else %.9g); 'shortest' writes the shortest text "
-                  "that reads back as the same value (orjson), about 6x faster to write and ~10% smaller, the "
+                  "that reads back as the same value (orjson), 6-8x faster to write and ~10% smaller, the "
                   "values clients read being the same.")
 # Deadlines and connections.
 flags.DEFINE_integer("rest_api_timeout_in_ms", 30000, "A predict request's deadline from when it is queued, as in "

@@ -43,7 +43,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from elmo_tf.errors import ServeError
 from elmo_tf.serving.batcher import Batcher
-from elmo_tf.serving.json_codec import FLOAT_FORMATS
+from elmo_tf.serving.json_codec import check_float_format
 from elmo_tf.serving.model import ServedModel
 from elmo_tf.serving.metrics import Metrics
 from elmo_tf.serving.registry import ModelRegistry
@@ -104,8 +104,7 @@ class ServerOptions:
         for name in ("read_timeout_s", "idle_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"`{name}` must be > 0; received {getattr(self, name)!r}.")
-        if self.float_format not in FLOAT_FORMATS:
-            raise ValueError(f"`float_format` must be one of {FLOAT_FORMATS}; received {self.float_format!r}.")
+        check_float_format(self.float_format)
 
     @property
     def threads(self) -> int:

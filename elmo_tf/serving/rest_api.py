@@ -35,7 +35,7 @@ from typing import Any, Mapping, Optional
 from absl import logging
 
 from elmo_tf.errors import ServeError
-from elmo_tf.serving.json_codec import FLOAT_FORMATS, parse_predict_request, predict_response_body
+from elmo_tf.serving.json_codec import check_float_format, parse_predict_request, predict_response_body
 from elmo_tf.serving.metrics import Metrics
 from elmo_tf.serving.registry import ModelRegistry
 
@@ -112,9 +112,7 @@ class RestApi:
                  metrics_path: Optional[str] = None, float_format: str = "tf_serving"):
         if not isinstance(timeout_ms, int) or timeout_ms < 0:
             raise ValueError(f"`timeout_ms` must be an integer >= 0; received {timeout_ms!r}.")
-        if float_format not in FLOAT_FORMATS:
-            raise ValueError(f"`float_format` must be one of {FLOAT_FORMATS}; received {float_format!r}.")
-        self.float_format = float_format
+        self.float_format = check_float_format(float_format)
         if metrics_path is not None and metrics is None:
             raise ValueError("`metrics_path` needs `metrics`.")
         self.registry = registry
