@@ -7,7 +7,8 @@
 
 Without --model_dir the tiny test model (tests/fixtures/tiny) is exported to a scratch folder. The server is
 started as `python -m elmo_tf.serve` with room for the idle connections. Each client thread keeps one HTTP/1.1
-connection and sends 1-sentence `{"instances": [...]}` requests back to back. Cases:
+connection and sends 1-sentence `{"instances": [...]}` requests back to back (with `signature_name` when
+--signature is given). Cases:
 
   load        1, 8, 64 clients: requests/s (= sentences/s), p50/p99 latency, errors
   idle        the same while --idle further connections are open and silent (the open-files limit is raised)
@@ -50,6 +51,8 @@ p.add_argument("--clients", default="1,8,64")
 p.add_argument("--seconds", type=float, default=300.0, help="per load case")
 p.add_argument("--idle", type=int, default=5000, help="idle connections held open in the idle cases")
 p.add_argument("--max_batch_size", type=int, default=64)
+p.add_argument("--signature", default="", help="signature_name of the requests (default: the serving_default "
+               "signature, every output); e.g. elmo_only or default_only")
 p.add_argument("--sigterm_after", type=float, default=5.0)
 p.add_argument("--sentences", default=os.path.join(TINY, "sentences.txt"))
 p.add_argument("--server_flag", action="append", default=[], help="passed to elmo_tf.serve, e.g. "
@@ -65,7 +68,8 @@ SENTENCES = open(a.sentences, encoding="utf-8").read().splitlines()
 
 def one_sentence(client: int, k: int) -> Request:
     s = SENTENCES[(client + k) % len(SENTENCES)]
-    return Request("valid", json.dumps({"instances": [s]}).encode(), tokens=len(s.split()))
+    body = {"signature_name": a.signature, "instances": [s]} if a.signature else {"instances": [s]}
+    return Request("valid", json.dumps(body).encode(), tokens=len(s.split()))
 
 
 def launch(model_dir: str) -> tuple[subprocess.Popen, int]:

@@ -4,6 +4,8 @@ The exported object has:
   * signature `default` (also `serving_default`): `text` string `[B]`, split in the graph on Unicode
     whitespace exactly like Python's `str.split()`;
   * signature `tokens`: `tokens` string `[B, T]` padded with "", `sequence_len` int32 `[B]`;
+  * signatures `elmo_only`, `default_only` (inputs as `default`) and `tokens_elmo_only`, `tokens_default_only`
+    (inputs as `tokens`): only that output and `sequence_len`, for clients (TF Serving) that need no other;
   * `__call__(text, training=False)`, `variables`, `trainable_variables`, `regularization_losses`, so
     that `hub.KerasLayer(path, output_key="elmo", trainable=True)` fine-tunes it;
   * outputs `word_emb` `[B, T, P]`, `lstm_outputs1..L` `[B, T, 2P]`, `elmo` `[B, T, 2P]`,
@@ -69,6 +71,23 @@ class ExportOptions:
             raise ExportError(f"`version` must be an integer >= 1 (a TF Serving version folder); received {self.version!r}.")
 
 
+_TEXT_INPUT = [tf.TensorSpec([None], tf.string, name="text")]
+_TOKENS_INPUTS = [tf.TensorSpec([None, None], tf.string, name="tokens"), tf.TensorSpec([None], tf.int32, name="sequence_len")]
+
+# Signatures returning one output (and `sequence_len`): the values of `default` / `tokens`, without the
+# per-layer outputs a client may not need (over TF Serving's JSON every number is written as text).
+SINGLE_OUTPUT_SIGNATURES = {
+    "elmo_only": "elmo",
+    "default_only": "default",
+    "tokens_elmo_only": "elmo",
+    "tokens_default_only": "default",
+}
+
+
+def _only(outputs: dict[str, tf.Tensor], key: str) -> dict[str, tf.Tensor]:
+    return {key: outputs[key], "sequence_len": outputs["sequence_len"]}
+
+
 def output_keys(num_lstm_layers: int) -> list[str]:
     lstm = [f"lstm_outputs{l}" for l in range(1, num_lstm_layers + 1)]
     return ["word_emb", *lstm, "elmo", "default", "sequence_len"]
@@ -123,16 +142,28 @@ class ElmoModule(tf.Module):
         )
         return outputs
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @tf.function(input_signature=_TEXT_INPUT)
     def default_signature(self, text):
         return self._embed(char_ids.text_to_char_ids(text, self._max_chars, self._tokenizer), training=False)
 
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([None, None], tf.string, name="tokens"),
-            tf.TensorSpec([None], tf.int32, name="sequence_len"),
-        ]
-    )
+    # The single-output signatures call the full ones (one traced model, not five) and keep one output.
+    @tf.function(input_signature=_TEXT_INPUT)
+    def elmo_only_signature(self, text):
+        return _only(self.default_signature(text), "elmo")
+
+    @tf.function(input_signature=_TEXT_INPUT)
+    def default_only_signature(self, text):
+        return _only(self.default_signature(text), "default")
+
+    @tf.function(input_signature=_TOKENS_INPUTS)
+    def tokens_elmo_only_signature(self, tokens, sequence_len):
+        return _only(self.tokens_signature(tokens, sequence_len), "elmo")
+
+    @tf.function(input_signature=_TOKENS_INPUTS)
+    def tokens_default_only_signature(self, tokens, sequence_len):
+        return _only(self.tokens_signature(tokens, sequence_len), "default")
+
+    @tf.function(input_signature=_TOKENS_INPUTS)
     def tokens_signature(self, tokens, sequence_len):
         tf.debugging.assert_equal(
             tf.shape(sequence_len)[0],
@@ -170,8 +201,11 @@ written by elmo_tf. The model's options are in `assets/options.json`.
 * `default` (= `serving_default`): input `text`, string `[B]`, untokenized sentences; {TOKENIZER}
 * `tokens`: inputs `tokens`, string `[B, T]` padded with `""`, and `sequence_len`, int32 `[B]`
   (0 <= sequence_len <= T; tokens past a row's length are ignored).
+* `elmo_only`, `default_only` (input as `default`), `tokens_elmo_only`, `tokens_default_only` (inputs as
+  `tokens`): the same values, but only the output `elmo` or `default`, and `sequence_len`. Over TF Serving's
+  REST API every number of a response is written as text: ask for what you use.
 
-## Outputs (every signature and `__call__`)
+## Outputs (`default`, `tokens` and `__call__`; the `*_only` signatures return one of them and `sequence_len`)
 | key | shape | content |
 |---|---|---|
 | `word_emb` | `[B, T, {P}]` | context-free token embedding (character CNN) |
@@ -300,6 +334,10 @@ def export_module(
                 "default": default,
                 "serving_default": default,
                 "tokens": module.tokens_signature.get_concrete_function(),
+                **{
+                    name: getattr(module, f"{name}_signature").get_concrete_function()
+                    for name in SINGLE_OUTPUT_SIGNATURES
+                },
             },
         )
         with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:

@@ -270,6 +270,36 @@ def test_tokens_signature_matches_original(loaded, name):
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
+@pytest.mark.parametrize("signature", sorted(hub_export.SINGLE_OUTPUT_SIGNATURES))
+def test_single_output_signatures_match_original_and_the_full_signature(loaded, name, signature):
+    # `elmo_only` / `default_only` (and their `tokens_` twins) return one output and `sequence_len`: the same
+    # values as the full signature, far fewer numbers to send (TF Serving's JSON writes every one as text).
+    ref = REFS[name]
+    module = loaded(name)
+    key = hub_export.SINGLE_OUTPUT_SIGNATURES[signature]
+    if signature.startswith("tokens_"):
+        inputs = dict(tokens=tf.constant(_padded_tokens(ref, ref.mask.shape[1] + 2)),
+                      sequence_len=tf.constant(ref.lengths, tf.int32))
+        full = _numpy(module.signatures["tokens"](**inputs))
+    else:
+        inputs = dict(text=tf.constant(ref.texts))
+        full = _numpy(module.signatures["default"](**inputs))
+    out = _numpy(module.signatures[signature](**inputs))
+    assert set(out) == {key, "sequence_len"}, f"{signature}: output keys {sorted(out)}"
+    np.testing.assert_array_equal(out["sequence_len"], ref.lengths, err_msg=f"{signature} sequence_len")
+    np.testing.assert_array_equal(out[key], full[key], err_msg=f"{signature} {key} != the full signature's")
+    if key == "elmo":
+        if signature.startswith("tokens_"):  # the caller's width is kept, as in `tokens`
+            assert out["elmo"].shape[1] == ref.mask.shape[1] + 2 and not out["elmo"][:, -2:].any()
+        check_per_token({"elmo": out["elmo"][:, : ref.mask.shape[1]]}, ref, signature, keys=["elmo"])
+    else:
+        diff = float(np.max(np.abs(out["default"] - ref.default)))
+        assert out["default"].shape == ref.default.shape and diff <= TOL, f"{signature}: max |diff| {diff:.3g}"
+    spec = module.signatures[signature].structured_input_signature[1]
+    assert set(spec) == set(inputs), f"{signature}: inputs {sorted(spec)}"
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_tokens_signature_keeps_callers_width_and_ignores_tokens_past_length(loaded, name):
     ref = REFS[name]
     module = loaded(name)
@@ -559,7 +589,7 @@ def test_saved_model_cli_show_lists_signatures(exports):
     assert proc.returncode == 0, proc.stderr[-5000:]
     text = proc.stdout
     sections = {}
-    for name in ("default", "serving_default", "tokens"):
+    for name in ("default", "serving_default", "tokens", *hub_export.SINGLE_OUTPUT_SIGNATURES):
         header = f"signature_def['{name}']:"
         assert header in text, f"{header} missing from:\n{text[:3000]}"
         start = text.index(header)
@@ -571,9 +601,11 @@ def test_saved_model_cli_show_lists_signatures(exports):
     assert "inputs['tokens'] tensor_info:" in sections["tokens"]
     assert "inputs['sequence_len'] tensor_info:" in sections["tokens"]
     assert "DT_INT32" in sections["tokens"]
-    for section in sections.values():
+    for name, section in sections.items():
+        wanted = hub_export.SINGLE_OUTPUT_SIGNATURES.get(name)
+        keys = hub_export.output_keys(2) if wanted is None else [wanted, "sequence_len"]
         for key in hub_export.output_keys(2):
-            assert f"outputs['{key}'] tensor_info:" in section, key
+            assert (f"outputs['{key}'] tensor_info:" in section) == (key in keys), (name, key)
 
 
 # ----------------------------------------------------------------------------------------------------

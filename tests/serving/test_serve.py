@@ -297,6 +297,41 @@ def test_concurrent_clients_are_batched_and_get_their_own_results(server, refere
     assert calls < tasks  # requests were merged into shared model calls
 
 
+def test_single_output_signatures_are_batched_and_cut_per_request(server, reference):
+    """`elmo_only` / `default_only` / `tokens_elmo_only` from 6 clients at once: only that output and sequence_len,
+    each request's values equal to the signature run on it alone (the batcher cuts `elmo` to the request's T)."""
+    jobs = []  # (payload, expected outputs)
+    for i in range(6):
+        texts = [SENTENCES[i], SENTENCES[(i + 2) % 8]][: 1 + i % 2]
+        tokens, lengths = pad_tokens(texts, columns=max(len(s.split()) for s in texts) + i)
+        jobs += [
+            ({"signature_name": "elmo_only", "instances": texts}, direct(reference, "elmo_only", text=texts)),
+            ({"signature_name": "default_only", "inputs": {"text": texts}}, direct(reference, "default_only", text=texts)),
+            ({"signature_name": "tokens_elmo_only", "inputs": {"tokens": tokens, "sequence_len": lengths}},
+             direct(reference, "tokens_elmo_only", tokens=tokens, sequence_len=np.array(lengths, np.int32))),
+        ]
+    for payload, want in jobs[:3]:
+        key = payload["signature_name"].replace("tokens_", "").replace("_only", "")
+        assert sorted(want) == sorted([key, "sequence_len"])
+    results: dict[int, tuple] = {}
+    barrier = threading.Barrier(len(jobs))
+
+    def client(i):
+        barrier.wait()
+        results[i] = request(server.port, "POST", "/v1/models/elmo:predict", jobs[i][0])[:2]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(CHILD_TIMEOUT)
+    for i, (payload, want) in enumerate(jobs):
+        status, body = results[i]
+        assert status == 200, body
+        got = rows_to_columns(body["predictions"]) if "instances" in payload else body["outputs"]
+        assert_outputs_equal(got, want, BATCH_TOL)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Errors: status code, an "error" message, and the server keeps serving
 
