@@ -12,8 +12,11 @@ connection and sends 1-sentence `{"instances": [...]}` requests back to back (wi
 
   load        1, 8, 64 clients: requests/s (= sentences/s), p50/p99 latency, errors
   idle        the same while --idle further connections are open and silent (the open-files limit is raised)
-  embedder    the in-process Embedder (elmo_tf/embedding) on the same sentences at --max_batch_size, sorted by
-              length (its default) and in arrival order (the padding of the server's batches)
+  embedder    side by side, --rounds times (the machine's speed drifts; medians are compared): the server under
+              the largest --clients for --compare_seconds, then the in-process Embedder (elmo_tf/embedding) on the
+              same sentences for as long, in arrival order (the padding of the server's batches) at
+              --max_batch_size and at the server's mean batch size of that round (its metrics), and sorted by
+              length (the Embedder's default) at --max_batch_size; the ratios server / Embedder
   sigterm     64 clients, SIGTERM after --sigterm_after seconds: every request sent on an open connection must
               be answered; counted are answered (200 / other), refused connections (after the listening socket
               closed: never accepted) and requests left without a response (lost), and the exit status
@@ -29,7 +32,9 @@ import json
 import os
 import resource
 import signal
+import re
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +48,7 @@ from benchmarks.common import print_table, save  # noqa: E402
 from benchmarks.serve_clients import PREDICT, Request, latency_ms, rss_mb, run_clients, start_server  # noqa: E402
 
 TINY = os.path.join(ROOT, "tests", "fixtures", "tiny")
+METRICS = "/monitoring/prometheus/metrics"
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 p.add_argument("--model_dir", help="an exported module or base path (default: the tiny test model)")
@@ -57,12 +63,14 @@ p.add_argument("--sigterm_after", type=float, default=5.0)
 p.add_argument("--sentences", default=os.path.join(TINY, "sentences.txt"))
 p.add_argument("--server_flag", action="append", default=[], help="passed to elmo_tf.serve, e.g. "
                "--server_flag=--rest_api_num_threads=16 (repeatable)")
+p.add_argument("--rounds", type=int, default=3, help="rounds of the server / Embedder comparison")
+p.add_argument("--compare_seconds", type=float, default=60.0, help="per side and round of the comparison")
 p.add_argument("--skip", default="", help="comma-separated cases to leave out: idle, embedder, sigterm")
 p.add_argument("--quick", action="store_true", help="5 s per case, 64-client SIGTERM after 2 s")
 p.add_argument("--name", default="serve_load", help="results file benchmarks/results/NAME.json (NAME_quick with --quick)")
 a = p.parse_args()
 if a.quick:
-    a.seconds, a.sigterm_after = 5.0, 2.0
+    a.seconds, a.sigterm_after, a.rounds, a.compare_seconds = 5.0, 2.0, 1, 5.0
 SENTENCES = open(a.sentences, encoding="utf-8").read().splitlines()
 
 
@@ -72,33 +80,85 @@ def one_sentence(client: int, k: int) -> Request:
     return Request("valid", json.dumps(body).encode(), tokens=len(s.split()))
 
 
-def launch(model_dir: str) -> tuple[subprocess.Popen, int]:
+def launch(model_dir: str, scratch: str) -> tuple[subprocess.Popen, int]:
+    monitoring = os.path.join(scratch, "monitoring.config")  # for the batch sizes (processed_batch_size)
+    with open(monitoring, "w") as f:
+        f.write('prometheus_config { enable: true path: "%s" }\n' % METRICS)
     return start_server(model_dir, [f"--max_batch_size={a.max_batch_size}", f"--rest_api_max_connections={a.idle + 1024}",
-                                    "--rest_api_idle_timeout_s=3600", *a.server_flag])
+                                    "--rest_api_idle_timeout_s=3600", f"--monitoring_config_file={monitoring}",
+                                    *a.server_flag])
 
 
-def load_row(port: int, case: str, clients: int, pid: int | None) -> dict:
-    results, wall = run_clients(port, clients, a.seconds, one_sentence)
+def batch_totals(port: int) -> tuple[float, float]:
+    """(model calls, sentences in them) so far, from the server's Prometheus metrics; NaN if it has none."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", METRICS)
+        text = conn.getresponse().read().decode()
+        conn.close()
+    except (OSError, http.client.HTTPException):
+        return float("nan"), float("nan")
+    values = dict(re.findall(r'^:tensorflow:serving:batching_session:processed_batch_size_(count|sum)\S* (\S+)$',
+                             text, re.M))
+    return float(values.get("count", "nan")), float(values.get("sum", "nan"))
+
+
+def load_row(port: int, case: str, clients: int, pid: int | None, seconds: float) -> dict:
+    calls_before, rows_before = batch_totals(port)
+    results, wall = run_clients(port, clients, seconds, one_sentence)
+    calls_after, rows_after = batch_totals(port)
+    calls = calls_after - calls_before
     return {"case": case, "clients": clients, "requests": len(results), "errors": sum(r.status != 200 for r in results),
             "sentences_per_s": len(results) / wall, **latency_ms(results),
+            "mean_batch": (rows_after - rows_before) / calls if calls > 0 else float("nan"),
             "server_rss_mb": rss_mb(pid) if pid else float("nan")}
 
 
-def embedder_row(model_dir: str, sort_by_length: bool) -> dict:
-    """The Embedder on 4 x max_batch_size sentences at a time: sorted by length (its default, less padding than
-    the server's batches of whatever arrives), or in arrival order (the server's padding)."""
+_EMBEDDERS: dict = {}
+
+
+def embedder_row(model_dir: str, batch_size: int, sort_by_length: bool, seconds: float) -> dict:
+    """The Embedder on 4 x max_batch_size sentences (in file order) at a time, in batches of `batch_size`: sorted by
+    length (its default, less padding than the server's batches of whatever arrives), or in arrival order."""
     from elmo_tf.embedding.embedder import Embedder
 
-    embedder = Embedder(model_dir, batch_size=a.max_batch_size, layers="all", sort_by_length=sort_by_length)
     texts = (SENTENCES * (1 + 4 * a.max_batch_size // len(SENTENCES)))[: 4 * a.max_batch_size]
-    embedder.embed_texts(texts[: a.max_batch_size])  # warm-up (tracing)
+    key = (batch_size, sort_by_length)
+    if key not in _EMBEDDERS:
+        _EMBEDDERS[key] = Embedder(model_dir, batch_size=batch_size, layers="all", sort_by_length=sort_by_length)
+        _EMBEDDERS[key].embed_texts(texts[:batch_size])  # warm-up (tracing)
+    embedder = _EMBEDDERS[key]
     done, start = 0, time.perf_counter()
-    while time.perf_counter() - start < min(a.seconds, 30.0):
+    while time.perf_counter() - start < seconds:
         embedder.embed_texts(texts)
         done += len(texts)
     order = "sorted by length" if sort_by_length else "arrival order"
-    return {"case": f"in-process Embedder, batch {a.max_batch_size}, {order}", "clients": "-", "requests": done,
-            "errors": 0, "sentences_per_s": done / (time.perf_counter() - start)}
+    return {"case": f"in-process Embedder, batch {batch_size}, {order}", "clients": "-", "requests": done,
+            "errors": 0, "sentences_per_s": done / (time.perf_counter() - start), "mean_batch": batch_size}
+
+
+def compare_rows(port: int, pid: int | None, model_dir: str, clients: int) -> list[dict]:
+    """The server and the Embedder in turn, --rounds times; then one row per series with the median and its ratio."""
+    rows, series = [], {}
+    for r in range(1, a.rounds + 1):
+        served = load_row(port, f"round {r}: server", clients, pid, a.compare_seconds)
+        batch = round(served["mean_batch"]) if served["mean_batch"] == served["mean_batch"] else a.max_batch_size
+        round_rows = [served,
+                      embedder_row(model_dir, a.max_batch_size, False, a.compare_seconds),
+                      embedder_row(model_dir, max(1, batch), False, a.compare_seconds),
+                      embedder_row(model_dir, a.max_batch_size, True, a.compare_seconds)]
+        names = ["server", f"Embedder arrival order, batch {a.max_batch_size}",
+                 "Embedder arrival order, the server's mean batch", f"Embedder sorted, batch {a.max_batch_size}"]
+        for name, row in zip(names, round_rows):
+            row["case"] = f"round {r}: " + row["case"].replace("round " + str(r) + ": ", "")
+            series.setdefault(name, []).append(row["sentences_per_s"])
+        rows += round_rows
+    server_median = statistics.median(series["server"])
+    for name, values in series.items():
+        rows.append({"case": f"median of {a.rounds}: {name}", "clients": clients if name == "server" else "-",
+                     "sentences_per_s": statistics.median(values),
+                     "server_over_this": f"{server_median / statistics.median(values):.2f}x"})
+    return rows
 
 
 def sigterm_row(server: subprocess.Popen, port: int, clients: int) -> dict:
@@ -157,41 +217,41 @@ def main() -> None:
     if soft < wanted:  # the client holds the idle connections; the server raises its own limit
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
     clients = [int(c) for c in a.clients.split(",")]
-    scratch, server, model_dir = None, None, a.model_dir
+    server, model_dir = None, a.model_dir
+    scratch = tempfile.TemporaryDirectory(prefix="serve_load_")
     if a.port is None and model_dir is None:
         from elmo_tf.export.hub import export_original
 
-        scratch = tempfile.TemporaryDirectory(prefix="serve_load_")
         model_dir = export_original(os.path.join(TINY, "options.json"), os.path.join(TINY, "weights.hdf5"),
                                     os.path.join(scratch.name, "module"))
     port = a.port
     if port is None:
-        server, port = launch(model_dir)
+        server, port = launch(model_dir, scratch.name)
     pid = server.pid if server else None
     load_before = os.getloadavg()
     rows = []
     try:
         run_clients(port, 2, 2.0, one_sentence)  # warm-up
-        rows += [load_row(port, "load", c, pid) for c in clients]
+        rows += [load_row(port, "load", c, pid, a.seconds) for c in clients]
         skip = set(a.skip.split(","))
         if "idle" not in skip:
             idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(a.idle)]
             time.sleep(1.0)
-            rows += [load_row(port, f"{a.idle} idle connections open", c, pid) for c in clients]
+            rows += [load_row(port, f"{a.idle} idle connections open", c, pid, a.seconds) for c in clients]
             for sock in idle:
                 sock.close()
         if model_dir is not None and "embedder" not in skip:
-            rows += [embedder_row(model_dir, True), embedder_row(model_dir, False)]
+            rows += compare_rows(port, pid, model_dir, max(clients))
         if server is not None and "sigterm" not in skip:
             rows.append(sigterm_row(server, port, max(clients)))
     finally:
         if server is not None and server.poll() is None:
             server.kill()
-        if scratch is not None:
-            scratch.cleanup()
+        scratch.cleanup()
     print(f"load average before: {load_before}, after: {os.getloadavg()}; {a.seconds:g} s per case"
           + (" (--quick)" if a.quick else ""))
-    print_table(rows, ["case", "clients", "sentences_per_s", "p50_ms", "p99_ms", "errors", "requests", "server_rss_mb"])
+    print_table(rows, ["case", "clients", "sentences_per_s", "mean_batch", "server_over_this", "p50_ms", "p99_ms", "errors",
+                       "requests", "server_rss_mb"])
     for row in rows:
         if "exit_status" in row:
             print({k: row[k] for k in ("answered_200", "answered_other", "refused", "lost", "lost_errors", "exit_status")})
