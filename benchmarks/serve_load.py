@@ -7,8 +7,8 @@
 
 Without --model_dir the tiny test model (tests/fixtures/tiny) is exported to a scratch folder. The server is
 started as `python -m elmo_tf.serve` with room for the idle connections. Each client thread keeps one HTTP/1.1
-connection and sends 1-sentence `{"instances": [...]}` requests back to back (with `signature_name` when
---signature is given). Cases:
+connection and sends `{"instances": [...]}` requests of --sentences_per_request sentences (default 1) back to
+back (with `signature_name` when --signature is given). Cases:
 
   load        1, 8, 64 clients: requests/s (= sentences/s), p50/p99 latency, errors
   idle        the same while --idle further connections are open and silent (the open-files limit is raised)
@@ -57,6 +57,7 @@ p.add_argument("--clients", default="1,8,64")
 p.add_argument("--seconds", type=float, default=300.0, help="per load case")
 p.add_argument("--idle", type=int, default=5000, help="idle connections held open in the idle cases")
 p.add_argument("--max_batch_size", type=int, default=64)
+p.add_argument("--sentences_per_request", type=int, default=1, help="sentences in each request's instances")
 p.add_argument("--signature", default="", help="signature_name of the requests (default: the serving_default "
                "signature, every output); e.g. elmo_only or default_only")
 p.add_argument("--sigterm_after", type=float, default=5.0)
@@ -74,10 +75,12 @@ if a.quick:
 SENTENCES = open(a.sentences, encoding="utf-8").read().splitlines()
 
 
-def one_sentence(client: int, k: int) -> Request:
-    s = SENTENCES[(client + k) % len(SENTENCES)]
-    body = {"signature_name": a.signature, "instances": [s]} if a.signature else {"instances": [s]}
-    return Request("valid", json.dumps(body).encode(), tokens=len(s.split()))
+def next_request(client: int, k: int) -> Request:
+    """Client `client`'s k-th request: --sentences_per_request consecutive sentences of the file."""
+    first = client + k * a.sentences_per_request
+    texts = [SENTENCES[(first + i) % len(SENTENCES)] for i in range(a.sentences_per_request)]
+    body = {"signature_name": a.signature, "instances": texts} if a.signature else {"instances": texts}
+    return Request("valid", json.dumps(body).encode(), tokens=sum(len(s.split()) for s in texts))
 
 
 def launch(model_dir: str, scratch: str) -> tuple[subprocess.Popen, int]:
@@ -105,11 +108,12 @@ def batch_totals(port: int) -> tuple[float, float]:
 
 def load_row(port: int, case: str, clients: int, pid: int | None, seconds: float) -> dict:
     calls_before, rows_before = batch_totals(port)
-    results, wall = run_clients(port, clients, seconds, one_sentence)
+    results, wall = run_clients(port, clients, seconds, next_request)
     calls_after, rows_after = batch_totals(port)
     calls = calls_after - calls_before
     return {"case": case, "clients": clients, "requests": len(results), "errors": sum(r.status != 200 for r in results),
-            "sentences_per_s": len(results) / wall, **latency_ms(results),
+            "sentences_per_s": a.sentences_per_request * sum(r.status == 200 for r in results) / wall,
+            **latency_ms(results),
             "mean_batch": (rows_after - rows_before) / calls if calls > 0 else float("nan"),
             "server_rss_mb": rss_mb(pid) if pid else float("nan")}
 
@@ -180,7 +184,7 @@ def sigterm_row(server: subprocess.Popen, port: int, clients: int) -> dict:
                     count("refused")  # the listening socket is closed: nothing was accepted
                     return
             try:
-                conn.request("POST", PREDICT, one_sentence(i, k).body, {"Content-Type": "application/json"})
+                conn.request("POST", PREDICT, next_request(i, k).body, {"Content-Type": "application/json"})
                 k += 1
                 response = conn.getresponse()
                 response.read()
@@ -231,7 +235,7 @@ def main() -> None:
     load_before = os.getloadavg()
     rows = []
     try:
-        run_clients(port, 2, 2.0, one_sentence)  # warm-up
+        run_clients(port, 2, 2.0, next_request)  # warm-up
         rows += [load_row(port, "load", c, pid, a.seconds) for c in clients]
         skip = set(a.skip.split(","))
         if "idle" not in skip:

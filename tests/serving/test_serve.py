@@ -332,6 +332,19 @@ def test_single_output_signatures_are_batched_and_cut_per_request(server, refere
         assert_outputs_equal(got, want, BATCH_TOL)
 
 
+def test_readme_python_client(server, reference):
+    """The README's standard-library client, run as written against this server: one `default` vector per sentence."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(import json\nimport urllib.request\n.*?)\n```", readme, re.S)
+    assert block, "the README's Python client example is missing"
+    code = block[1].split("\nvectors = ")[0]  # the function, without the call on localhost:8501
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    vectors = namespace["embed"](SENTENCES[:3], server=f"http://127.0.0.1:{server.port}")
+    want = direct(reference, "default", text=SENTENCES[:3])["default"]
+    np.testing.assert_array_equal(np.asarray(vectors, np.float32), want)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Errors: status code, an "error" message, and the server keeps serving
 
