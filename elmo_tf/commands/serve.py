@@ -53,6 +53,9 @@ flags.DEFINE_integer("max_batch_size", 64, "Most sentences per model call; concu
 flags.DEFINE_float("batch_timeout_ms", 5.0, "How long a batch waits for more requests after its first (0: none; at "
                    "most a minute).")
 check_float("batch_timeout_ms", 0, 60_000)
+flags.DEFINE_bool("batch_by_length", True, "Fill each model call with the queued sentences closest in length to the "
+                  "oldest one (always included), not in arrival order: less padding when many sentences wait "
+                  "(requests of the text signatures are queued sentence by sentence).")
 flags.DEFINE_integer("max_enqueued_batches", 32, "Queue bound in batches of max_batch_size sentences; then 503.",
                      lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request body accepted; larger ones get 413.", lower_bound=1,
@@ -119,6 +122,7 @@ def main(argv: list[str]) -> None:
             read_timeout_s=FLAGS.rest_api_read_timeout_s,
             idle_timeout_s=FLAGS.rest_api_idle_timeout_s,
             float_format=FLAGS.float_format,
+            batch_by_length=FLAGS.batch_by_length,
         )
     except ValueError as e:
         raise app.UsageError(f"--{e}") from None

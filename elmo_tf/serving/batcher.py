@@ -85,6 +85,10 @@ class Batcher:
         one model call; a request over it fails with 413. None: no bound.
       on_batch: optional callable given the number of rows of each model call before it runs (metrics);
         called on the worker thread, so it must be quick; an exception it raises is logged and ignored.
+      group_by_length: for signatures with a text input, queue each sentence on its own and fill a batch
+        with the queued sentences closest in length to its first (the oldest), instead of in arrival order:
+        less padding when many sentences wait. The oldest sentence is always in the next batch, so none waits
+        for ever.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class Batcher:
         max_queued_rows: int = 2048,
         max_batch_tokens: Optional[int] = None,
         on_batch: Optional[Callable[[int], None]] = None,
+        group_by_length: bool = True,
     ):
         if max_batch_size < 1 or max_queued_rows < 1 or timeout_s < 0 or (max_batch_tokens or 1) < 1:
             raise ValueError(
@@ -104,6 +109,7 @@ class Batcher:
             )
         self._run_model = run
         self._on_batch = on_batch
+        self.group_by_length = group_by_length
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.timeout_s = timeout_s
@@ -131,8 +137,9 @@ class Batcher:
         `deadline_s`: seconds from now within which the outputs are wanted (None: no limit); past it the request
         fails with 429 while still queued, 504 once its model call has started.
         """
-        row_tokens = signature.row_tokens(inputs) if self.max_batch_tokens else None
-        if row_tokens is not None and row_tokens.size and row_tokens.size * int(row_tokens.max()) > self.max_batch_tokens:
+        row_tokens = signature.row_tokens(inputs)
+        if (self.max_batch_tokens and row_tokens is not None and row_tokens.size
+                and row_tokens.size * int(row_tokens.max()) > self.max_batch_tokens):
             raise ServeError(
                 413,
                 f"The request has {row_tokens.size} sentences of up to {int(row_tokens.max())} tokens, "
@@ -213,8 +220,15 @@ class Batcher:
         def longest(start: int, stop: int) -> Optional[int]:
             return None if row_tokens is None else int(row_tokens[start:stop].max(initial=0))
 
-        if not signature.batchable or rows <= self.max_batch_size:
+        if not signature.batchable or (rows <= self.max_batch_size and (rows == 1 or not self._by_length(signature))):
             return [_Task(signature, inputs, rows, columns, longest(0, rows), concurrent.futures.Future(), now)]
+        if self._by_length(signature) and row_tokens is not None:
+            # One task per sentence, so that batches can be formed of sentences of similar length (_next_batch).
+            return [
+                _Task(signature, {key: value[row : row + 1] for key, value in inputs.items()}, 1, columns,
+                      int(row_tokens[row]), concurrent.futures.Future(), now)
+                for row in range(rows)
+            ]
         return [
             _Task(
                 signature,
@@ -227,6 +241,22 @@ class Batcher:
             )
             for start in range(0, rows, self.max_batch_size)
         ]
+
+    def _by_length(self, signature: Signature) -> bool:
+        """Whether batches of `signature` are formed by length: a text input, whose rows differ in length (the rows
+        of a `tokens` input all have its T)."""
+        return self.group_by_length and signature.batchable and signature.padded_input is None
+
+    def _candidates(self, first: _Task) -> list[_Task]:
+        """The queue in the order tasks are offered to `first`'s batch: arrival order, or with `group_by_length`
+        the tasks no longer than `first` from the longest down, then the longer ones from the shortest up."""
+        if not self._by_length(first.signature) or first.tokens is None:
+            return list(self._queue)
+        shorter = sorted((t for t in self._queue if t.tokens is not None and t.tokens <= first.tokens),
+                         key=lambda t: -t.tokens)
+        longer = sorted((t for t in self._queue if t.tokens is None or t.tokens > first.tokens),
+                        key=lambda t: float("inf") if t.tokens is None else t.tokens)
+        return shorter + longer
 
     def _next_batch(self) -> Optional[list[_Task]]:
         with self._cond:
@@ -244,8 +274,8 @@ class Batcher:
                 return batch
             deadline = first.enqueued + self.timeout_s
             while True:
-                kept = collections.deque()
-                for task in self._queue:
+                taken = set()
+                for task in self._candidates(first):
                     if _expired(task):
                         self._queued_rows -= task.rows
                         task.future.set_exception(_queue_timeout())
@@ -257,8 +287,9 @@ class Batcher:
                         tokens = max(tokens, task.tokens) if tokens is not None and task.tokens is not None else None
                         self._queued_rows -= task.rows
                     else:
-                        kept.append(task)
-                self._queue = kept
+                        continue
+                    taken.add(id(task))
+                self._queue = collections.deque(task for task in self._queue if id(task) not in taken)
                 remaining = deadline - time.monotonic()
                 if rows >= self.max_batch_size or remaining <= 0 or self._no_wait:
                     return batch

@@ -75,6 +75,8 @@ class ServerOptions:
       read_timeout_s: time allowed for a request's headers, and then for its body.
       idle_timeout_s: time a connection may stay open without a request.
       float_format: the text of floats in predict responses, "tf_serving" or "shortest" (`RestApi`).
+      batch_by_length: fill batches with queued sentences of similar length (`Batcher`'s group_by_length)
+        instead of in arrival order.
     """
 
     max_batch_size: int = 64
@@ -88,6 +90,7 @@ class ServerOptions:
     read_timeout_s: float = 30.0
     idle_timeout_s: float = 60.0
     float_format: str = "tf_serving"
+    batch_by_length: bool = True
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens",
@@ -105,6 +108,8 @@ class ServerOptions:
             if not getattr(self, name) > 0:
                 raise ValueError(f"`{name}` must be > 0; received {getattr(self, name)!r}.")
         check_float_format(self.float_format)
+        if not isinstance(self.batch_by_length, bool):
+            raise ValueError(f"`batch_by_length` must be True or False; received {self.batch_by_length!r}.")
 
     @property
     def threads(self) -> int:
@@ -121,6 +126,7 @@ class ServerOptions:
             max_queued_rows=self.max_batch_size * self.max_enqueued_batches,
             max_batch_tokens=self.max_batch_tokens,
             on_batch=on_batch,
+            group_by_length=self.batch_by_length,
         )
 
 

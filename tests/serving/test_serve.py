@@ -293,8 +293,8 @@ def test_concurrent_clients_are_batched_and_get_their_own_results(server, refere
             assert_outputs_equal(got, want, BATCH_TOL)
     stats = next(iter(server.registry.loaded())).batcher.stats
     calls, tasks = stats["batches"] - before["batches"], stats["tasks"] - before["tasks"]
-    assert tasks == 24
-    assert calls < tasks  # requests were merged into shared model calls
+    assert tasks == 32  # the 2-sentence text requests are queued sentence by sentence (batch_by_length)
+    assert calls < 24  # requests were merged into shared model calls
 
 
 def test_single_output_signatures_are_batched_and_cut_per_request(server, reference):
@@ -496,6 +496,48 @@ def test_batcher_runs_the_rest_of_a_batch_when_one_request_fails():
     batcher.close()
     assert results == {"ab": [2], "bad": 400, "abcd": [4]}
     assert calls[0] == 3 and sorted(calls[1:]) == [1, 1, 1]  # one merged call, then each request alone
+
+
+@pytest.mark.parametrize("by_length", [True, False])
+def test_batcher_fills_batches_by_length_with_the_oldest_first(by_length):
+    """While the worker is busy, three 3-sentence requests queue up. With group_by_length every model call holds the
+    oldest queued sentence and the queued ones closest to it in length; without, each request runs as it came.
+    Either way every request gets its own rows back, in its order."""
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def run(signature, inputs):
+        calls.append([len(text.split()) for text in inputs["text"]])
+        if len(calls) == 1:
+            started.set()
+            release.wait(CHILD_TIMEOUT)
+        return {"sequence_len": np.array([len(text.split()) for text in inputs["text"]], np.int32)}
+
+    batcher = serving.Batcher(run, max_batch_size=4, timeout_s=0.0, group_by_length=by_length)
+    signature, results = fake_signature(), {}
+
+    def client(name, lengths):
+        texts = np.array([" ".join(["w"] * n).encode() for n in lengths], object)
+        results[name] = batcher.predict(signature, {"text": texts})["sequence_len"].tolist()
+
+    blocker = threading.Thread(target=client, args=("blocker", [1]))
+    blocker.start()
+    assert started.wait(CHILD_TIMEOUT)
+    threads = []
+    for name, lengths in [("a", [1, 9, 2]), ("b", [8, 1, 9]), ("c", [2, 8, 1])]:  # queued in this order
+        threads.append(threading.Thread(target=client, args=(name, lengths)))
+        threads[-1].start()
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        while batcher.queued_rows < 3 * len(threads) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    release.set()
+    for t in [blocker, *threads]:
+        t.join(CHILD_TIMEOUT)
+    batcher.close()
+    assert results == {"blocker": [1], "a": [1, 9, 2], "b": [8, 1, 9], "c": [2, 8, 1]}
+    if by_length:  # 8 padded positions + 36 + 2, against 27 + 27 + 27 in arrival order
+        assert calls[1:] == [[1, 1, 1, 2], [9, 9, 8, 8], [2]]
+    else:
+        assert calls[1:] == [[1, 9, 2], [8, 1, 9], [2, 8, 1]]
 
 
 def test_batcher_queue_is_bounded():
