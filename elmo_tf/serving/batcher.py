@@ -5,7 +5,9 @@ sentences are collected. Requests are padded to the batch's longest sentence and
 are cut back to its own length (`Signature.cut`), so a response equals calling the model with that request
 alone (elmo_tf modules embed every sentence independently of its batch; TF's float32 kernels round slightly
 differently for different batch shapes, so values agree to about 1e-6, not bit for bit). A request of more
-than `max_batch_size` sentences is split into several model calls. A model call holds at most
+than `max_batch_size` sentences is split into several model calls. With `group_by_length` (the server's
+default), requests of text signatures are queued sentence by sentence and a batch takes the oldest queued
+sentence, then those closest to it in length, rather than requests in arrival order. A model call holds at most
 `max_batch_tokens` token positions (sentences x tokens of the longest): requests are merged only within it,
 and a request that alone exceeds it gets 413. The queue holds at most `max_queued_rows` sentences; beyond
 that requests get 503 (413 for a request that could never fit). A request may carry a deadline (TF Serving's
@@ -71,9 +73,9 @@ def _expired(task: "_Task") -> bool:
 class Batcher:
     """Merges concurrent predict calls of one signature into one model call, like TF Serving's batching.
 
-    A batch opens when its first task arrives and runs `timeout_s` later, or as soon as `max_batch_size`
-    rows are collected; tasks of other signatures wait for a later batch. One worker thread runs the batches
-    in arrival order.
+    A batch opens when its first task (the oldest queued) is taken and runs `timeout_s` after that task
+    arrived, or as soon as `max_batch_size` rows are collected; tasks of other signatures wait for a later
+    batch. One worker thread runs the batches.
 
     Args:
       run: (signature, inputs) -> outputs, e.g. `ServedModel.run`; may raise ServeError.
