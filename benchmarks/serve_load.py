@@ -10,7 +10,7 @@ started as `python -m elmo_tf.serve` with room for the idle connections. Each cl
 connection and sends `{"instances": [...]}` requests of --sentences_per_request sentences (default 1) back to
 back (with `signature_name` when --signature is given). Cases:
 
-  load        1, 8, 64 clients: requests/s (= sentences/s), p50/p99 latency, errors
+  load        1, 8, 64 clients: sentences/s, p50/p99 latency, errors, the server's mean batch (its metrics)
   idle        the same while --idle further connections are open and silent (the open-files limit is raised)
   embedder    side by side, --rounds times (the machine's speed drifts; medians are compared): the server under
               the largest --clients for --compare_seconds, then the in-process Embedder (elmo_tf/embedding) on the

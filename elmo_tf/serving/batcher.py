@@ -30,6 +30,7 @@ import numpy as np
 
 from elmo_tf.errors import ServeError
 from elmo_tf.serving.model import Signature
+from elmo_tf.utils.batching import order_around
 
 
 def _pad_concat(arrays: list[np.ndarray]) -> np.ndarray:
@@ -252,13 +253,10 @@ class Batcher:
     def _candidates(self, first: _Task) -> list[_Task]:
         """The queue in the order tasks are offered to `first`'s batch: arrival order, or with `group_by_length`
         the tasks no longer than `first` from the longest down, then the longer ones from the shortest up."""
+        queued = list(self._queue)
         if not self._by_length(first.signature) or first.tokens is None:
-            return list(self._queue)
-        shorter = sorted((t for t in self._queue if t.tokens is not None and t.tokens <= first.tokens),
-                         key=lambda t: -t.tokens)
-        longer = sorted((t for t in self._queue if t.tokens is None or t.tokens > first.tokens),
-                        key=lambda t: float("inf") if t.tokens is None else t.tokens)
-        return shorter + longer
+            return queued
+        return [queued[i] for i in order_around(first.tokens, [task.tokens for task in queued])]
 
     def _next_batch(self) -> Optional[list[_Task]]:
         with self._cond:

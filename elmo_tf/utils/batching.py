@@ -1,4 +1,8 @@
-"""Batches of items of similar length, so that padding to a batch's longest item stays small."""
+"""Batches of items of similar length, so that padding to a batch's longest item stays small.
+
+`length_batches` cuts a known set of items into batches (embedding files, training); `order_around` is the
+online variant (the server's batcher): in which order queued items join a batch that must hold a given one.
+"""
 
 from __future__ import annotations
 
@@ -52,3 +56,14 @@ def _token_bounded_runs(order: np.ndarray, lengths: np.ndarray, batch_size: int,
             end += 1
         yield order[begin:end]
         begin = end
+
+
+def order_around(anchor: int, lengths: Sequence[Optional[int]]) -> list[int]:
+    """Indices of `lengths` in the order they should join a batch that holds an item of length `anchor`.
+
+    First the items no longer than `anchor`, from the longest down (they add no padding), then the longer ones
+    from the shortest up; items of unknown length (None) last. Ties keep their order in `lengths`.
+    """
+    shorter = sorted((i for i, n in enumerate(lengths) if n is not None and n <= anchor), key=lambda i: -lengths[i])
+    longer = sorted((i for i, n in enumerate(lengths) if n is not None and n > anchor), key=lambda i: lengths[i])
+    return shorter + longer + [i for i, n in enumerate(lengths) if n is None]
