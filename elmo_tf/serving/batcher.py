@@ -223,7 +223,7 @@ class Batcher:
         def longest(start: int, stop: int) -> Optional[int]:
             return None if row_tokens is None else int(row_tokens[start:stop].max(initial=0))
 
-        if not signature.batchable or (rows <= self.max_batch_size and (rows == 1 or not self._by_length(signature))):
+        if not signature.batchable or (rows <= self.max_batch_size and (rows <= 1 or not self._by_length(signature))):
             return [_Task(signature, inputs, rows, columns, longest(0, rows), concurrent.futures.Future(), now)]
         if self._by_length(signature) and row_tokens is not None:
             # One task per sentence, so that batches can be formed of sentences of similar length (_next_batch).

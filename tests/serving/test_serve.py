@@ -540,6 +540,17 @@ def test_batcher_fills_batches_by_length_with_the_oldest_first(by_length):
         assert calls[1:] == [[1, 9, 2], [8, 1, 9], [2, 8, 1]]
 
 
+@pytest.mark.parametrize("by_length", [True, False])
+def test_batcher_runs_an_empty_request(by_length):
+    def run(signature, inputs):
+        return {"sequence_len": np.array([len(text.split()) for text in inputs["text"]], np.int32)}
+
+    batcher = serving.Batcher(run, max_batch_size=4, timeout_s=0.0, group_by_length=by_length)
+    outputs = batcher.predict(fake_signature(), {"text": np.array([], object)})
+    batcher.close()
+    assert outputs["sequence_len"].shape == (0,)
+
+
 def test_batcher_queue_is_bounded():
     started, release = threading.Event(), threading.Event()
 
