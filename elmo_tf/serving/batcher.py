@@ -140,7 +140,7 @@ class Batcher:
         `deadline_s`: seconds from now within which the outputs are wanted (None: no limit); past it the request
         fails with 429 while still queued, 504 once its model call has started.
         """
-        row_tokens = signature.row_tokens(inputs)
+        row_tokens = signature.row_tokens(inputs) if self.max_batch_tokens or self._by_length(signature) else None
         if (self.max_batch_tokens and row_tokens is not None and row_tokens.size
                 and row_tokens.size * int(row_tokens.max()) > self.max_batch_tokens):
             raise ServeError(
@@ -223,15 +223,15 @@ class Batcher:
         def longest(start: int, stop: int) -> Optional[int]:
             return None if row_tokens is None else int(row_tokens[start:stop].max(initial=0))
 
-        if not signature.batchable or (rows <= self.max_batch_size and (rows <= 1 or not self._by_length(signature))):
-            return [_Task(signature, inputs, rows, columns, longest(0, rows), concurrent.futures.Future(), now)]
-        if self._by_length(signature) and row_tokens is not None:
+        if rows > 1 and row_tokens is not None and self._by_length(signature):
             # One task per sentence, so that batches can be formed of sentences of similar length (_next_batch).
             return [
                 _Task(signature, {key: value[row : row + 1] for key, value in inputs.items()}, 1, columns,
                       int(row_tokens[row]), concurrent.futures.Future(), now)
                 for row in range(rows)
             ]
+        if not signature.batchable or rows <= self.max_batch_size:
+            return [_Task(signature, inputs, rows, columns, longest(0, rows), concurrent.futures.Future(), now)]
         return [
             _Task(
                 signature,
