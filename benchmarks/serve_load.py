@@ -143,19 +143,19 @@ def embedder_row(model_dir: str, batch_size: int, sort_by_length: bool, seconds:
 
 def compare_rows(port: int, pid: int | None, model_dir: str, clients: int) -> list[dict]:
     """The server and the Embedder in turn, --rounds times; then one row per series with the median and its ratio."""
-    rows, series = [], {}
+    names = ["server", f"Embedder arrival order, batch {a.max_batch_size}",
+             "Embedder arrival order, the server's mean batch", f"Embedder sorted, batch {a.max_batch_size}"]
+    rows, series = [], {name: [] for name in names}
     for r in range(1, a.rounds + 1):
-        served = load_row(port, f"round {r}: server", clients, pid, a.compare_seconds)
+        served = load_row(port, "server", clients, pid, a.compare_seconds)
         batch = round(served["mean_batch"]) if served["mean_batch"] == served["mean_batch"] else a.max_batch_size
         round_rows = [served,
                       embedder_row(model_dir, a.max_batch_size, False, a.compare_seconds),
                       embedder_row(model_dir, max(1, batch), False, a.compare_seconds),
                       embedder_row(model_dir, a.max_batch_size, True, a.compare_seconds)]
-        names = ["server", f"Embedder arrival order, batch {a.max_batch_size}",
-                 "Embedder arrival order, the server's mean batch", f"Embedder sorted, batch {a.max_batch_size}"]
         for name, row in zip(names, round_rows):
-            row["case"] = f"round {r}: " + row["case"].replace("round " + str(r) + ": ", "")
-            series.setdefault(name, []).append(row["sentences_per_s"])
+            row["case"] = f"round {r}: {row['case']}"
+            series[name].append(row["sentences_per_s"])
         rows += round_rows
     server_median = statistics.median(series["server"])
     for name, values in series.items():
