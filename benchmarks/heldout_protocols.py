@@ -10,7 +10,6 @@ checkpoint (`Trainer.evaluate(from_training_state=True)`). (4) against (5) shows
 (docs/TRAINING.md). Prints a table, saves benchmarks/results/NAME.json.
 """
 
-import math
 import os
 import random
 import sys
@@ -68,17 +67,9 @@ def main(argv):
             results["file order"] = trainer.evaluate(path)
         if "shuffled" in FLAGS.protocols:
             results["lines shuffled"] = trainer.evaluate(write("shuffled.txt", shuffled))
-        if "sentences" in FLAGS.protocols:
-            nll, tokens = {"forward": 0.0, "backward": 0.0}, 0
-            for start in range(0, len(lines), ROWS_PER_CALL):  # one sentence per row: each from a zero state
-                chunk = lines[start : start + ROWS_PER_CALL]
-                r = trainer.evaluate(write("chunk.txt", chunk), batch_size=len(chunk))
-                for d in nll:
-                    nll[d] += math.log(r[f"perplexity_{d}"]) * r["tokens"]
-                tokens += r["tokens"]
-            results["every sentence from a zero state"] = {
-                "perplexity": math.exp(0.5 * (nll["forward"] + nll["backward"]) / tokens),
-                **{f"perplexity_{d}": math.exp(v / tokens) for d, v in nll.items()}, "tokens": tokens}
+        if "sentences" in FLAGS.protocols:  # one sentence per row, each from a zero state (the module's protocol)
+            results["every sentence from a zero state"] = trainer.evaluate(
+                path, batch_size=ROWS_PER_CALL, sentence_by_sentence=True)
         if "zero" in FLAGS.protocols:
             results[f"file order, {trainer.global_batch} rows from a zero state"] = trainer.evaluate(
                 path, batch_size=trainer.global_batch)

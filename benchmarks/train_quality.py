@@ -52,10 +52,14 @@ flags.DEFINE_integer("steps", 5453, "Training steps.", lower_bound=1)
 flags.DEFINE_integer("checkpoint_every", 250, "Steps between checkpoints.", lower_bound=1)
 flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept.", lower_bound=1)
 flags.DEFINE_integer("probe_every", 250, "Steps between held-out probes (0: none): full-softmax perplexity per "
-                     "direction on the first --probe_lines lines of the first --heldout file, in probes.jsonl.",
+                     "direction on the first --probe_lines lines of the first --heldout file, in probes.jsonl, under "
+                     "three protocols: every sentence from a zero state (the module's), rows continued from the "
+                     "state training carried, and the original's test() (file order, state carried from zero).",
                      lower_bound=0)
 flags.DEFINE_integer("probe_lines", 300, "Lines of the held-out probe.", lower_bound=1)
 flags.DEFINE_bool("scale_loss_by_unroll_steps", True, "The original's gradient scale (see TrainConfig).")
+flags.DEFINE_float("state_reset_prob", None, "Probability of zeroing each row's carried state per window and direction "
+                   "(default: TrainConfig's; 0: the original's recipe).", lower_bound=0, upper_bound=1)
 flags.DEFINE_integer("seed", 0, "Seed of the initial weights, the data order, negatives and dropout.")
 flags.DEFINE_string("save_dir", os.path.join(ROOT, "runs", "train_quality"), "Training directory (resumable).")
 flags.DEFINE_string("name", "train_quality", "Name of the result files in benchmarks/results/.")
@@ -79,9 +83,11 @@ def main(argv):
         raise app.UsageError(f"The vocabulary built from {FLAGS.train_prefix} has sha256 {vocab_sha256}, "
                              f"not the reference's {FLAGS.vocab_sha256}: another corpus or vocabulary size?")
     vocab = Vocabulary.from_file(vocab_file)
+    # The probes below are the health check (on the held-out sample), so the trainer's own is off.
+    overrides = {} if FLAGS.state_reset_prob is None else {"state_reset_prob": FLAGS.state_reset_prob}
     tc = training.recipe_config(config, scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps, seed=FLAGS.seed,
                                 max_steps=FLAGS.steps, checkpoint_every=FLAGS.checkpoint_every,
-                                keep_checkpoints=FLAGS.keep_checkpoints)
+                                keep_checkpoints=FLAGS.keep_checkpoints, health_lines=0, **overrides)
     trainer = training.Trainer(config, vocab, tc, FLAGS.save_dir, training.make_strategy())
 
     log_path = os.path.join(FLAGS.save_dir, "steps.jsonl")
@@ -101,7 +107,7 @@ def main(argv):
         log.flush()
         if FLAGS.probe_every and step % FLAGS.probe_every == 0:
             # Sampled-softmax training cannot see words that are rarely drawn as negatives: the full softmax can.
-            probes.write(json.dumps({"step": step, **trainer.evaluate(probe_file)}) + "\n")
+            probes.write(json.dumps(probe(trainer, probe_file)) + "\n")
             probes.flush()
 
     trainer.train(FLAGS.train_prefix, on_step=on_step)
@@ -120,12 +126,22 @@ def main(argv):
         key = f"{os.path.abspath(path)}@{max(steps)}"
         if key not in done:
             done[key] = trainer.evaluate(path)
+            # The module's protocol (every sentence from a zero state) and the rows from the carried state.
+            for protocol, options in (("sentences", {"sentence_by_sentence": True}), ("carried", {"from_training_state": True})):
+                done[key][protocol] = trainer.evaluate(path, **options)
             with open(heldout_path + ".tmp", "w") as f:
                 json.dump(done, f, indent=1)
             os.replace(heldout_path + ".tmp", heldout_path)
         heldout[os.path.basename(path)] = done[key]
         print(f"held-out {os.path.basename(path)}: {done[key]}", flush=True)
     report(steps, heldout, tc, vocab_sha256)
+
+
+def probe(trainer, path) -> dict:
+    """Per direction: every sentence from a zero state (the module's protocol, `zero_*`), rows continued from the
+    carried state (`carried_*`), the original's test() protocol (`perplexity_*`) and the health verdict."""
+    check = trainer.check_health(path)
+    return {**trainer.evaluate(path), **{k: v for k, v in check.items() if k != "tokens"}}
 
 
 def window_means(values: dict[int, float], size: int, last: int) -> list[dict]:
@@ -175,6 +191,21 @@ def report(steps, heldout, tc, vocab_sha256):
         held_rows.append(row)
     print(f"\nHeld-out perplexity after {last:,} steps (full softmax, state carried; mean = exp of the mean of both directions' losses)")
     common.print_table([_ratio_text(r) for r in held_rows], ["file", "perplexity", "forward", "backward", "bilm-tf", "ratio", "tokens"])
+    protocol_rows = []
+    for name, result in heldout.items():
+        for protocol, label in (("sentences", "every sentence from a zero state (the module's)"),
+                                ("carried", "rows from the state training carried"), (None, "test(): file order from zero")):
+            r = result.get(protocol) if protocol else result
+            if r:
+                protocol_rows.append({"file": name, "protocol": label, "forward": r["perplexity_forward"],
+                                      "backward": r["perplexity_backward"], "mean": r["perplexity"]})
+    print(f"\nHeld-out perplexity after {last:,} steps under each protocol")
+    common.print_table(protocol_rows, ["file", "protocol", "forward", "backward", "mean"])
+    probe_rows = [probe_row(r) for r in _probes()]
+    if probe_rows:
+        print("\nProbes (first lines of the first held-out file): zero = every sentence from a zero state, carried = rows "
+              "from the training's state, test() = file order from zero; ratio = zero / carried")
+        common.print_table(probe_rows, list(probe_rows[0]))
     times = sorted((s, r["time"]) for s, r in steps.items())
     tokens_per_step = tc.batch_size * tc.unroll_steps
     common.save(FLAGS.name, {
@@ -188,6 +219,11 @@ def report(steps, heldout, tc, vocab_sha256):
         "note": "times in the step records restart at 0 in each session of a resumed run",
         "last_session_tokens_per_second": _rate(times, tokens_per_step),
         "heldout_probes": _probes(),
+        "heldout_protocols": protocol_rows,
+        "state_reset_prob": tc.state_reset_prob,
+        "max_zero_to_carried_ratio_from_step_500": max(
+            (max(r["zero_forward"] / r["carried_forward"], r["zero_backward"] / r["carried_backward"])
+             for r in _probes() if r["step"] >= 500 and "zero_forward" in r), default=None),
     })
     plot(ours, reference, tables[100])
 
@@ -200,6 +236,19 @@ def _probes() -> list[dict]:
     with open(path) as f:
         records = {r["step"]: r for r in map(json.loads, f)}
     return [records[s] for s in sorted(records)]
+
+
+def probe_row(r) -> dict:
+    row = {"step": r["step"]}
+    for d in ("forward", "backward"):
+        if f"zero_{d}" in r:  # probes of earlier versions hold only the test() figures
+            row[f"zero {d[:2]}"] = r[f"zero_{d}"]
+            row[f"carried {d[:2]}"] = r[f"carried_{d}"]
+            row[f"ratio {d[:2]}"] = f"{r[f'zero_{d}'] / r[f'carried_{d}']:.3f}"
+        row[f"test() {d[:2]}"] = r[f"perplexity_{d}"]
+    if "healthy" in r:
+        row["healthy"] = r["healthy"]
+    return row
 
 
 def _ratio_text(row):

@@ -13,8 +13,6 @@ import os
 import re
 from typing import Optional, Type
 
-import tensorflow as tf
-
 # -- The exception classes of the package (each module raises these; commands map them to messages) --
 
 
@@ -40,6 +38,10 @@ class TrainingError(RuntimeError):
 
 class CheckpointError(TrainingError):
     """No checkpoint of a training directory can be read, or one cannot be written."""
+
+
+class UnhealthyCheckpointError(TrainingError):
+    """A checkpoint whose biLM, run from a zero state as the exported module runs it, is degenerate in a direction."""
 
 
 class ExportError(ValueError):
@@ -116,6 +118,8 @@ def write_error_message(error: BaseException, what: str) -> str:
 
 def load_saved_model(path: str, error_type: Type[Exception]):
     """`tf.saved_model.load(path)`, with a damaged or incomplete SavedModel reported as `error_type`."""
+    import tensorflow as tf  # here, not at the top: commands import this module before TensorFlow loads
+
     try:
         return tf.saved_model.load(path)
     except (OSError, ValueError, IndexError, tf.errors.OpError) as e:  # OSError covers FileNotFoundError

@@ -4,8 +4,10 @@
 """
 
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # elmo_tf from this checkout
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
@@ -25,6 +27,9 @@ DEFAULT_SENTENCES = [
 
 def main(argv):
     del argv
+    from elmo_tf.utils.env import import_tensorflow
+
+    import_tensorflow(quiet=not FLAGS["verbosity"].present)  # TensorFlow's start-up lines only with --verbosity
     import tensorflow as tf
 
     module = tf.saved_model.load(FLAGS.module)

@@ -24,7 +24,8 @@ FIXTURE_OPTIONS = os.path.join(os.path.dirname(__file__), "fixtures", "tiny", "o
 
 def tiny_train_config(max_steps: int, **overrides) -> training.TrainConfig:
     settings = dict(batch_size=4, unroll_steps=5, n_negative_samples=20, max_steps=max_steps, checkpoint_every=3,
-                    dropout=0.1, seed=7, log_every=2)
+                    dropout=0.1, seed=7, log_every=2,
+                    health_lines=0)  # the health check has its own tests (tests/training/test_health.py)
     settings.update(overrides)
     return training.TrainConfig(**settings)
 
@@ -53,7 +54,7 @@ def main(save_dir: str, corpus: str, vocab_file: str, max_steps: int, kill_at: s
     trainer = training.Trainer(
         BiLMConfig.from_json_file(FIXTURE_OPTIONS),
         Vocabulary.from_file(vocab_file),
-        tiny_train_config(max_steps, batch_size=batch),
+        tiny_train_config(max_steps, batch_size=batch, state_reset_prob=0.2),  # resets in most steps: resumed exactly
         save_dir,
         strategy,
     )

@@ -22,7 +22,14 @@ from elmo_tf.commands.flag_checks import check_float, check_number_list, run_com
 # The model: either the original files, or a training directory of train.py.
 flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout).")
 flags.DEFINE_string("weight_file", None, "The model's weights.hdf5 (original bilm-tf layout).")
-flags.DEFINE_string("checkpoint_dir", None, "A train.py --save_dir: exports its latest checkpoint.")
+flags.DEFINE_string("checkpoint_dir", None, "A train.py --save_dir: exports its latest checkpoint (or --checkpoint_step's) "
+                    "if its zero-state health check passed (docs/TRAINING.md).")
+flags.DEFINE_integer("checkpoint_step", None, "With --checkpoint_dir: export the checkpoint of this step.", lower_bound=0,
+                     upper_bound=2**63 - 1)
+flags.DEFINE_bool("allow_unhealthy", False, "With --checkpoint_dir: export even a checkpoint whose zero-state health "
+                  "check failed (one direction degenerate when run from a zero state, as the module runs it).")
+flags.DEFINE_string("health_sample", None, "With --checkpoint_dir: check the checkpoint now on this text file (one "
+                    "sentence per line) instead of using the check recorded in training.")
 # Output.
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "hdf5"],
                   "saved_model: the TF-Hub module; hdf5: options.json + weights.hdf5 in the original layout.")
@@ -54,6 +61,11 @@ def main(argv):
         raise app.UsageError("--options_file and --weight_file (or --checkpoint_dir) are required.")
     if original and not (FLAGS.options_file and FLAGS.weight_file):
         raise app.UsageError("--options_file and --weight_file must be given together.")
+    checkpoint_only = ("checkpoint_step", "allow_unhealthy", "health_sample")
+    if original and any(FLAGS[name].present for name in checkpoint_only):
+        raise app.UsageError(f"--{', --'.join(checkpoint_only)} apply to --checkpoint_dir only.")
+    if FLAGS.health_sample and not os.path.isfile(FLAGS.health_sample):
+        raise app.UsageError(f"--health_sample={FLAGS.health_sample} is not a file.")
     mix_weights = [float(w) for w in FLAGS.mix_weights] if FLAGS.mix_weights else None  # numbers: checked at parsing
     saved_model_only = ("trainable", "layer_norm", "mix_weights", "l2_coef", "tokenizer", "version", "precision")
     if FLAGS.format == "hdf5" and any(FLAGS[name].present for name in saved_model_only):
@@ -64,7 +76,6 @@ def main(argv):
     from elmo_tf import ConfigError, ExportError, ExportOptions, WeightFileError, load_original
     from elmo_tf.export import hub as hub_export
     from elmo_tf.errors import TrainingError
-    from elmo_tf.training import restore_bilm
 
     tf.get_logger().setLevel("WARNING")  # TF's own INFO lines about saving are noise here
     start = time.time()
@@ -73,7 +84,7 @@ def main(argv):
         if FLAGS.version is None or os.path.isdir(FLAGS.export_dir):
             hub_export.check_export_target(target)  # fail before the (possibly long) weight load
         if FLAGS.checkpoint_dir:
-            bilm = restore_bilm(FLAGS.checkpoint_dir)
+            bilm = _checked_checkpoint(FLAGS.checkpoint_dir)
         else:
             bilm = load_original(FLAGS.options_file, FLAGS.weight_file)
         if FLAGS.format == "hdf5":
@@ -93,6 +104,19 @@ def main(argv):
         logging.error("%s", e)
         raise SystemExit(2) from None
     logging.info("Exported to %s in %.1f s.", path, time.time() - start)
+
+
+def _checked_checkpoint(save_dir: str):
+    """The BiLM of the checkpoint to export, after its zero-state health check (unless --allow_unhealthy)."""
+    from elmo_tf import training
+
+    bilm = training.restore_bilm(save_dir, FLAGS.checkpoint_step)  # a damaged checkpoint is reported as such first
+    if FLAGS.allow_unhealthy:
+        logging.warning("--allow_unhealthy: exporting without the zero-state health check.")
+    else:
+        record = training.require_healthy(save_dir, FLAGS.checkpoint_step, FLAGS.health_sample)
+        logging.info("Health check, %s", training.health.describe(record))
+    return bilm
 
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -52,7 +53,21 @@ flags.DEFINE_integer("n_epochs", None, "Passes over the corpus (default: repeat 
 flags.DEFINE_integer("vocab_size", None, "Size cut when building the vocabulary, the 3 special tokens included (default: "
                      "the preset's n_tokens_vocab).", lower_bound=3, upper_bound=INT32_MAX)
 flags.DEFINE_integer("min_count", 1, "Minimum count when building the vocabulary.", lower_bound=1, upper_bound=INT32_MAX)
-flags.DEFINE_integer("checkpoint_every", 200, "Steps between checkpoints.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("checkpoint_every", 200, "Steps between checkpoints (each one gets the zero-state health check).",
+                     lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept: the newest N, plus the newest healthy one if it is older.",
+                     lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_float("state_reset_prob", 0.01, "Before each window, zero each row's carried LSTM state with this "
+                   "probability (per direction), so the biLM also learns to run from the zero state the exported module "
+                   "starts every sentence from; 0: the original's recipe exactly (docs/TRAINING.md).")
+check_float("state_reset_prob", 0, 1)
+flags.DEFINE_integer("health_lines", 256, "Lines of the health sample (the held-out corpus's first lines, else the "
+                     "training corpus's) checked at every checkpoint, per direction, from a zero state sentence by "
+                     "sentence and from the carried state; 0: no check.", lower_bound=0, upper_bound=INT32_MAX)
+flags.DEFINE_float("health_max_ratio", 2.0, "A checkpoint is healthy when, per direction, its zero-state perplexity is "
+                   "at most this many times the carried-state one, and the directions are within this factor.")
+check_float("health_max_ratio", 1)
+flags.DEFINE_bool("allow_unhealthy", False, "Export the final checkpoint even if its health check failed.")
 flags.DEFINE_integer("eval_every", 0, "Steps between held-out evaluations (0: at the end only).", lower_bound=0,
                      upper_bound=INT32_MAX)
 flags.DEFINE_integer("seed", 0, "Seed of the data order, negatives and dropout.", lower_bound=0, upper_bound=SEED_MAX)
@@ -81,6 +96,16 @@ def _check_flags() -> None:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if FLAGS.mode == "train" and FLAGS.export_dir and FLAGS.health_lines == 0 and not FLAGS.allow_unhealthy:
+        raise app.UsageError("--health_lines=0 leaves the final export unchecked: add --allow_unhealthy, or "
+                             "--export_dir='' to skip the export.")
+    from elmo_tf.utils.env import import_tensorflow
+
+    # TensorFlow's start-up, distribution and SavedModel lines only with --verbosity (e.g. --verbosity=0).
+    verbose = FLAGS["verbosity"].present
+    import_tensorflow(quiet=not verbose)
+    if not verbose:
+        logging.set_verbosity(logging.WARNING)
     _check_flags()
     from elmo_tf import ConfigError, ExportError, WeightFileError, training
     from elmo_tf.errors import CorpusError, TrainingError, VocabError
@@ -129,18 +154,58 @@ def _train() -> dict:
         config, **{name: value for name, value in recipe.items() if value is not None},
         learning_rate=FLAGS.learning_rate, scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps, seed=FLAGS.seed,
         max_steps=600 if default_run else FLAGS.max_steps, n_epochs=FLAGS.n_epochs,
-        checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every)
+        checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every, keep_checkpoints=FLAGS.keep_checkpoints,
+        state_reset_prob=FLAGS.state_reset_prob, health_lines=FLAGS.health_lines,
+        health_max_ratio=FLAGS.health_max_ratio)
     try:
         strategy = training.make_strategy(FLAGS.num_gpus)
     except ValueError as e:
         raise InputError(str(e)) from None
-    logging.info("Training on %d replica(s): %s", strategy.num_replicas_in_sync, strategy.extended.worker_devices)
+    devices = ", ".join(d.rsplit("/", 1)[-1] for d in strategy.extended.worker_devices)
+    say(f"Training {train_config.max_steps or f'{train_config.n_epochs} epoch(s)'} steps on {FLAGS.train_prefix} "
+        f"({strategy.num_replicas_in_sync} replica(s): {devices}); checkpoints in {FLAGS.save_dir}")
     trainer = training.Trainer(config, vocab, train_config, FLAGS.save_dir, strategy)
     summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None, init_from=FLAGS.init_checkpoint)
     logging.info("Finished: %s", json.dumps(summary))
-    if FLAGS.export_dir and trainer.is_chief():
-        logging.info("Exported the trained model to %s", export_module(trainer.inference_model(), FLAGS.export_dir))
+    if not trainer.is_chief():
+        return summary
+    if "heldout_perplexity" in summary:
+        say(f"Held-out perplexity after {summary['step']:,} steps ({FLAGS.heldout_prefix}, "
+            f"{summary['heldout_tokens']:,} tokens, the original's protocol): {summary['heldout_perplexity']:,.1f} "
+            f"(forward {summary['heldout_perplexity_forward']:,.1f}, backward {summary['heldout_perplexity_backward']:,.1f})")
+    record = None
+    if train_config.health_lines:
+        record = training.checkpoint_health(FLAGS.save_dir)
+        summary["health"] = record
+        say(_verdict(record))
+    if FLAGS.export_dir:
+        if not FLAGS.allow_unhealthy:
+            training.require_healthy(FLAGS.save_dir)
+        say(f"Exported the model of step {summary['step']:,} to {export_module(trainer.inference_model(), FLAGS.export_dir)}")
     return summary
+
+
+def say(line: str) -> None:
+    """A line for the person at the terminal (stderr, beside the progress bar; stdout keeps the JSON result)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _verdict(record: dict) -> str:
+    """The health check of the final checkpoint in plain words."""
+    zero = {d: record[f"zero_{d}"] for d in ("forward", "backward")}
+    apart = max(zero.values()) / min(zero.values())
+    worst = max(record[f"zero_{d}"] / record[f"carried_{d}"] for d in zero)
+    lines = [
+        f"Zero-state check on {record['tokens']:,} tokens of {os.path.join(FLAGS.save_dir, 'health_sample.txt')} "
+        "(every sentence from a zero state, as the exported module runs it):",
+        f"  forward {zero['forward']:,.1f}, backward {zero['backward']:,.1f}: the directions are {apart:.2f}x apart, "
+        f"and at most {worst:.2f}x the perplexity from the state training carried.",
+    ]
+    if record["healthy"]:
+        lines.append("  Healthy: both directions embed from a zero state as well as in training.")
+    else:
+        lines.append("  UNHEALTHY: " + "; ".join(record["problems"]) + ".")
+    return "\n".join(lines)
 
 
 def run() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import tensorflow as tf
 
@@ -42,15 +43,33 @@ def restore_checkpoint(checkpoint: tf.train.Checkpoint, prefix: str, partial: bo
         ) from None
 
 
-def restore_bilm(save_dir: str) -> BiLM:
-    """The `BiLM` of the latest checkpoint in a training `save_dir` (for export and evaluation)."""
-    options = os.path.join(save_dir, "options.json")
-    if not os.path.isfile(options):
-        raise FileNotFoundError(f"{save_dir!r} is not a training directory: it has no options.json.")
+def checkpoint_prefix(save_dir: str, step: Optional[int] = None) -> str:
+    """The checkpoint of `step` in a training `save_dir` (default: the latest); FileNotFoundError naming the
+    steps there are if there is none."""
     prefixes = checkpoint_prefixes(os.path.join(save_dir, "checkpoints"))
     if not prefixes:
         raise FileNotFoundError(f"{save_dir!r} holds no checkpoint under checkpoints/.")
+    if step is None:
+        return prefixes[-1]
+    wanted = os.path.join(save_dir, "checkpoints", f"ckpt-{step}")
+    if wanted not in prefixes:
+        steps = ", ".join(p.rsplit("-", 1)[1] for p in prefixes)
+        raise FileNotFoundError(f"{save_dir!r} holds no checkpoint of step {step}; it holds steps {steps}.")
+    return wanted
+
+
+def checkpoint_step(prefix: str) -> int:
+    """The step of a checkpoint prefix `.../ckpt-N`."""
+    return int(prefix.rsplit("-", 1)[1])
+
+
+def restore_bilm(save_dir: str, step: Optional[int] = None) -> BiLM:
+    """The `BiLM` of a checkpoint in a training `save_dir` (default: the latest), for export and evaluation."""
+    options = os.path.join(save_dir, "options.json")
+    if not os.path.isfile(options):
+        raise FileNotFoundError(f"{save_dir!r} is not a training directory: it has no options.json.")
+    prefix = checkpoint_prefix(save_dir, step)
     model = BiLM(BiLMConfig.from_json_file(options), name="bilm")
     model.build()
-    restore_checkpoint(tf.train.Checkpoint(model=model), prefixes[-1], partial=True)
+    restore_checkpoint(tf.train.Checkpoint(model=model), prefix, partial=True)
     return model

@@ -31,6 +31,16 @@ class TrainConfig:
       keep_checkpoints: how many checkpoints to keep.
       log_every: steps between TensorBoard summaries.
       eval_every: steps between held-out evaluations (0: only at the end).
+      state_reset_prob: before each window, each row's carried LSTM state (c and h of every layer) of each
+        direction is zeroed with this probability, independently, so that the biLM also learns to run from
+        the zero state the exported module starts every sentence from (docs/TRAINING.md, "Zero-state
+        collapse"). The draws are stateless functions of (seed, step, row). 0: the original's recipe, the
+        state carried and never reset.
+      health_lines: lines of the health sample checked at every checkpoint: per direction, full-softmax
+        perplexity from a zero state sentence by sentence (as the module runs) and from the carried state
+        (`elmo_tf/training/health.py`). 0: no check.
+      health_max_ratio: a checkpoint is healthy when, per direction, the zero-state figure is at most this
+        many times the carried-state one, and the directions' zero-state figures are within this factor.
     """
 
     batch_size: int = 128
@@ -48,6 +58,9 @@ class TrainConfig:
     keep_checkpoints: int = 3
     log_every: int = 20
     eval_every: int = 0
+    state_reset_prob: float = 0.01
+    health_lines: int = 256
+    health_max_ratio: float = 2.0
 
     def __post_init__(self):
         positive = ("batch_size", "unroll_steps", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every")
@@ -74,6 +87,12 @@ class TrainConfig:
             raise ValueError(f"`clip_norm` must be > 0; received {self.clip_norm!r}.")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1); received {self.dropout!r}.")
+        if isinstance(self.state_reset_prob, bool) or not 0.0 <= self.state_reset_prob <= 1.0:
+            raise ValueError(f"`state_reset_prob` must be in [0, 1]; received {self.state_reset_prob!r}.")
+        if not isinstance(self.health_lines, int) or isinstance(self.health_lines, bool) or self.health_lines < 0:
+            raise ValueError(f"`health_lines` must be an integer >= 0; received {self.health_lines!r}.")
+        if isinstance(self.health_max_ratio, bool) or not 1.0 <= self.health_max_ratio < float("inf"):
+            raise ValueError(f"`health_max_ratio` must be a number >= 1; received {self.health_max_ratio!r}.")
         if self.eval_every < 0:
             raise ValueError(f"`eval_every` must be >= 0; received {self.eval_every!r}.")
 

@@ -256,13 +256,11 @@ def _stream_windows(chunks: tf.data.Dataset, *, batch_size: int, unroll_steps: i
     return chunks.scan(initial_state, _plain(step)).unbatch()
 
 
-def _windows(streams, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int) -> tf.data.Dataset:
-    """The forward and backward `_chunks` streams -> the feature dicts of the module docstring."""
+def _features(vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int):
+    """The map from a window of both directions (`(pairs [B, U, 2], valid [B, U])` each) to the feature dicts of
+    the module docstring."""
     table = vocab.lookup_table()
     B, U, C = batch_size, unroll_steps, max_chars
-    windows = tf.data.Dataset.zip(
-        tuple(_stream_windows(chunks, batch_size=B, unroll_steps=U) for chunks in streams)
-    )  # ((fw [B, U, 2], valid [B, U]), (bw [B, U, 2], valid [B, U]))
 
     def features(forward, backward):
         (fw, fw_valid), (bw, bw_valid) = forward, backward
@@ -280,6 +278,15 @@ def _windows(streams, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, 
             features[f"weights_{direction}"] = tf.ensure_shape(weights[d], [B, U])
         return features
 
+    return features
+
+
+def _windows(streams, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int) -> tf.data.Dataset:
+    """The forward and backward `_chunks` streams -> the feature dicts of the module docstring."""
+    windows = tf.data.Dataset.zip(
+        tuple(_stream_windows(chunks, batch_size=batch_size, unroll_steps=unroll_steps) for chunks in streams)
+    )  # ((fw [B, U, 2], valid [B, U]), (bw [B, U, 2], valid [B, U]))
+    features = _features(vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
     return windows.map(_plain(features), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
@@ -362,3 +369,44 @@ def heldout_windows(
         for reverse in (False, True)
     ]  # both in file order, so both directions deal the same sentences to the same rows
     return _windows(streams, vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
+
+
+def sentence_windows(
+    file_pattern: str, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int
+) -> tf.data.Dataset:
+    """Windows over a held-out corpus with every sentence in a row of its own, as the exported module runs them.
+
+    The non-blank lines, ordered by their number of tokens (each sentence is on its own, so the order does not
+    change the figure; it keeps the padding small), are taken `batch_size` at a time; each group's sentences
+    go one per row (the last group may leave rows empty), and the group's windows follow one another until
+    its longest sentence ends. The dicts are those of `heldout_windows` plus `first` (bool scalar): True on each
+    group's first window, where every row starts a sentence and the evaluator starts from a zero state.
+    Every token (n + 1 per sentence and direction) is weighted 1 exactly once.
+    """
+    files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars)
+    sentences = []  # (tokens, line bytes as in the file)
+    for path in files:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            for line in f.read().split(b"\n"):
+                n = len(line.decode("utf-8", errors="replace").split())
+                if n:
+                    sentences.append((n, line))
+    sentences.sort(key=lambda sentence: sentence[0])
+    groups = tf.data.Dataset.from_tensor_slices(tf.constant([line for _, line in sentences], tf.string))
+    groups = groups.batch(batch_size)
+
+    def stream(reverse):  # each group flushed whole (`is_end`): the next group starts on empty rows
+        initial_state, step = _window_scan(batch_size, unroll_steps)
+        chunks = groups.map(_plain(lambda chunk: {**_chunk_pairs(chunk, reverse), "is_end": tf.constant(True)}))
+        return chunks.scan(initial_state, _plain(step))  # (windows [k, B, U, 2], valid [k, B, U]) per group
+
+    def group_windows(forward, backward):  # both directions have the same k: the same sentences, lengths n + 1
+        first = tf.range(tf.shape(forward[0])[0]) == 0
+        return tf.data.Dataset.from_tensor_slices((forward, backward, first))
+
+    features = _features(vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
+    windows = tf.data.Dataset.zip((stream(False), stream(True))).flat_map(_plain(group_windows))
+    return windows.map(
+        _plain(lambda forward, backward, first: {**features(forward, backward), "first": first}),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    ).prefetch(tf.data.AUTOTUNE)

@@ -32,14 +32,20 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from elmo_tf.errors import CheckpointError, ConfigError, TrainingError, write_error_message
+from elmo_tf.errors import CheckpointError, ConfigError, TrainingError, UnhealthyCheckpointError, write_error_message
 from elmo_tf.layers.bilstm import DIRECTIONS
 from elmo_tf.layers.softmax import LMSoftmax, sample_log_uniform_unique
 from elmo_tf.model.bilm import BiLM
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.text.vocab import Vocabulary
-from elmo_tf.training import data
-from elmo_tf.training.checkpoints import checkpoint_prefixes, restore_bilm, restore_checkpoint
+from elmo_tf.training import data, health
+from elmo_tf.training.checkpoints import (
+    checkpoint_prefix,
+    checkpoint_prefixes,
+    checkpoint_step,
+    restore_bilm,
+    restore_checkpoint,
+)
 from elmo_tf.training.config import TrainConfig, training_options
 from elmo_tf.utils.files import atomic_write_json
 from elmo_tf.utils.progress import Progress
@@ -113,6 +119,10 @@ class Trainer:
             tf.Variable(t, trainable=False, name=f"carried_state_{i}")
             for i, t in enumerate(tf.nest.flatten(self._state_structure))
         ]
+        # The direction (index in DIRECTIONS) of each flattened state tensor, for the state resets.
+        self._state_directions = tf.nest.flatten(
+            {d: tf.nest.map_structure(lambda _, i=i: i, self._state_structure[d]) for i, d in enumerate(DIRECTIONS)}
+        )
         self._stop_requested = False
 
     # -- one step ---------------------------------------------------------------------------------
@@ -162,11 +172,24 @@ class Trainer:
                 draws.append((tf.zeros([0], tf.int64), tf.constant(0.0)))
         return draws
 
+    def reset_mask(self, step) -> tf.Tensor:
+        """Which carried states a step keeps: float `[2, global batch]` (direction, row), 0 where that row's state
+        of that direction (c and h of every layer) is zeroed before the step's window.
+
+        Each (direction, row) is reset independently with probability `state_reset_prob`, drawn stateless from
+        (seed, step): a resumed run and any number of replicas draw the same resets.
+        """
+        draws = tf.random.stateless_uniform([len(DIRECTIONS), self.global_batch], seed=self._seed(step, 3))
+        return tf.cast(draws >= self.train_config.state_reset_prob, tf.float32)
+
     @tf.function
     def _train_step(self, batch):
         step = self.step.read_value()
         negatives = self.negatives(step)
         states = [s.read_value() for s in self.states]
+        if self.train_config.state_reset_prob > 0:  # 0: the original's recipe exactly (no op at all)
+            keep = self.reset_mask(step)
+            states = [s * tf.cast(keep[d], s.dtype)[:, None] for s, d in zip(states, self._state_directions)]
         dropout_seed = self._seed(step, 2)
         # The original takes the gradients of unroll_steps x the loss (then averages the towers and clips).
         loss_scale = float(self.train_config.unroll_steps) if self.train_config.scale_loss_by_unroll_steps else 1.0
@@ -226,34 +249,43 @@ class Trainer:
         return sums, tf.nest.flatten(final)
 
     def evaluate(
-        self, file_pattern: str, batch_size: Optional[int] = None, from_training_state: bool = False
+        self,
+        file_pattern: str,
+        batch_size: Optional[int] = None,
+        from_training_state: bool = False,
+        sentence_by_sentence: bool = False,
     ) -> dict[str, float]:
-        """Held-out perplexity with the full softmax: streams of windows, state carried, every token once.
+        """Held-out perplexity with the full softmax, every token once.
 
-        `batch_size` rows (default: max(global batch, 128)) each carry one stream; wide batches keep the
-        matmuls efficient. Each row starts from a zero state, as the original's test() and the exported
-        module do; `from_training_state` starts the rows from the LSTM states training has carried to this
-        step instead (rows = the global batch). The two differ when a biLM works only in the state region
-        training keeps it in (docs/TRAINING.md, "zero-state collapse").
+        By default (the original's test()): `batch_size` rows (default: max(global batch, 128)) each carry one
+        stream of the files' sentences in order, from a zero state, the state carried across sentences; wide
+        batches keep the matmuls efficient. `from_training_state` starts the rows from the LSTM states training
+        has carried to this step instead (rows = the global batch). `sentence_by_sentence` runs every sentence
+        from a zero state in a row of its own, as the exported module does (`batch_size` sentences at a time).
+        The three differ when a biLM works only in the state region training keeps it in (docs/TRAINING.md,
+        "zero-state collapse").
         """
+        if from_training_state and sentence_by_sentence:
+            raise ValueError("from_training_state and sentence_by_sentence exclude each other.")
         if from_training_state:
             if batch_size not in (None, self.global_batch):
                 raise ValueError(f"from_training_state evaluates {self.global_batch} rows (the global batch); got {batch_size}.")
             batch_size = self.global_batch
         batch_size = batch_size or max(self.global_batch, 128)
-        dataset = data.heldout_windows(
+        windows = data.sentence_windows if sentence_by_sentence else data.heldout_windows
+        dataset = windows(
             file_pattern,
             self.vocab,
             batch_size=batch_size,
             unroll_steps=self.train_config.unroll_steps,
             max_chars=self.bilm_config.char_cnn.max_characters_per_token,
         )
-        if from_training_state:
-            states = [tf.convert_to_tensor(s) for s in self.states]
-        else:
-            states = tf.nest.flatten(self.model.bilstm.zero_state(batch_size))
+        zero = tf.nest.flatten(self.model.bilstm.zero_state(batch_size))
+        states = [tf.convert_to_tensor(s) for s in self.states] if from_training_state else zero
         totals = np.zeros(4, np.float64)
         for batch in dataset:
+            if batch.pop("first", False):  # sentence by sentence: a new group of sentences starts from zero
+                states = zero
             sums, states = self._eval_step(batch, states)
             totals += np.array([float(s) for s in sums])
         if totals[1] == 0:
@@ -265,6 +297,19 @@ class Trainer:
             "perplexity_backward": math.exp(nll_b),
             "tokens": int(totals[1]),
         }
+
+    def check_health(self, sample_path: str) -> dict:
+        """The zero-state health check of the current weights on a sample file (`elmo_tf/training/health.py`):
+        per direction, every sentence from a zero state against the rows continued from the carried state."""
+        zero = self.evaluate(sample_path, batch_size=128, sentence_by_sentence=True)
+        carried = self.evaluate(sample_path, from_training_state=True)
+        return health.record(
+            int(self.step.numpy()),
+            {d: zero[f"perplexity_{d}"] for d in DIRECTIONS},
+            {d: carried[f"perplexity_{d}"] for d in DIRECTIONS},
+            zero["tokens"],
+            self.train_config.health_max_ratio,
+        )
 
     # -- the loop ---------------------------------------------------------------------------------
     def _checkpoint(self, iterator) -> tf.train.Checkpoint:
@@ -332,13 +377,17 @@ class Trainer:
         ckpt_dir = os.path.join(self.save_dir, "checkpoints")
         if not chief:  # every worker must save (collectives), only the chief keeps its copy
             ckpt_dir = os.path.join(self.save_dir, f".worker_tmp_{self.strategy.cluster_resolver.task_id}")
-        manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=tc.keep_checkpoints)
+        # The chief prunes its checkpoints itself (`_prune`: the newest, plus the newest healthy one).
+        manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=None if chief else tc.keep_checkpoints)
         # Every worker resumes from the chief's checkpoints (a filesystem shared by the workers).
         if not self._resume(checkpoint, os.path.join(self.save_dir, "checkpoints")):
             if init_from:
                 self.warm_start(init_from)
             if chief:
                 self._write_run_files()
+        sample = None
+        if chief and tc.health_lines:  # the held-out corpus's first lines, else the training corpus's
+            sample = health.write_sample(self.save_dir, heldout_pattern or train_pattern, tc.health_lines)
         writer = tf.summary.create_file_writer(os.path.join(self.save_dir, "tensorboard")) if chief else None
 
         previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -377,14 +426,19 @@ class Trainer:
                 if step % tc.checkpoint_every == 0 or self._stop_requested:
                     self._save(manager, step, last_saved)
                     last_saved = step
+                    if chief:
+                        self._after_save(ckpt_dir, None if self._stop_requested else sample, writer)
                 if heldout_pattern and tc.eval_every and step % tc.eval_every == 0:
                     self._log_eval(heldout_pattern, step, writer)
                 if self._stop_requested:
                     logging.warning("Stopped at step %d on request; checkpoint saved.", step)
                     break
+            progress.close()  # the last line shows the training's rate, not that of the saves and checks after it
             step = int(self.step.numpy())
             if step != last_saved:
                 self._save(manager, step, last_saved)
+                if chief:
+                    self._after_save(ckpt_dir, None if self._stop_requested else sample, writer)
         finally:
             progress.close()
             for sig, handler in previous.items():
@@ -420,6 +474,43 @@ class Trainer:
                 f"None of the {len(prefixes)} checkpoint(s) in {ckpt_dir!r} can be restored; the newest: {first_error}"
             )
         return False
+
+    def _after_save(self, ckpt_dir: str, sample: Optional[str], writer) -> None:
+        """After the chief saved a checkpoint: its health check (unless `sample` is None: none, or a stop was
+        requested and time is short), recorded and logged; then the old checkpoints are pruned."""
+        if sample is not None:
+            rec = self.check_health(sample)
+            try:
+                health.add_record(ckpt_dir, rec)
+            except (OSError, tf.errors.OpError) as e:
+                what = f"the health record of step {rec['step']} to {ckpt_dir!r}"
+                raise CheckpointError(
+                    f"{write_error_message(e, what)}. Training stopped; rerun the same command to resume from this "
+                    "checkpoint."
+                ) from None
+            if writer is not None:
+                with writer.as_default(step=rec["step"]):
+                    for d in DIRECTIONS:
+                        tf.summary.scalar(f"health/zero_state_{d}", rec[f"zero_{d}"])
+                        tf.summary.scalar(f"health/carried_state_{d}", rec[f"carried_{d}"])
+            if rec["healthy"]:
+                logging.info("Health check, %s", health.describe(rec))
+            else:
+                logging.warning("Health check, %s. export.py refuses this checkpoint (docs/TRAINING.md).",
+                                health.describe(rec))
+        self._prune(ckpt_dir)
+
+    def _prune(self, ckpt_dir: str) -> None:
+        """Deletes all checkpoints but the newest `keep_checkpoints`, and the newest healthy one if it is older."""
+        prefixes = checkpoint_prefixes(ckpt_dir)
+        steps = [checkpoint_step(p) for p in prefixes]
+        keep = set(steps[-self.train_config.keep_checkpoints :])
+        keep.add(health.latest_healthy(health.read_records(ckpt_dir), steps))
+        for prefix, step in zip(prefixes, steps):
+            if step not in keep:
+                # The index first: a checkpoint without it is never listed, so a crash here leaves no half of one.
+                for path in sorted(tf.io.gfile.glob(prefix + ".*"), key=lambda p: not p.endswith(".index")):
+                    tf.io.gfile.remove(path)
 
     def _save(self, manager: tf.train.CheckpointManager, step: int, last_saved: int) -> None:
         try:
@@ -494,24 +585,70 @@ class Trainer:
         return {f"heldout_{k}": v for k, v in result.items()}
 
 
-def restore_trainer(save_dir: str, work_dir: Optional[str] = None) -> Trainer:
-    """A `Trainer` holding the latest checkpoint of a training `save_dir` (model and softmax), for evaluation.
+def restore_trainer(save_dir: str, work_dir: Optional[str] = None, step: Optional[int] = None) -> Trainer:
+    """A `Trainer` holding a checkpoint of a training `save_dir` (model, softmax and carried states), for evaluation.
 
-    Reads the run's `train_config.json`, `vocab.txt` and `options.json`. `work_dir` (default: `save_dir`) is
-    the trainer's own directory; nothing is written to it unless it trains.
+    Reads the run's `train_config.json`, `vocab.txt` and `options.json`. `step`: the checkpoint of that step
+    (default: the latest). `work_dir` (default: `save_dir`) is the trainer's own directory; nothing is written
+    to it unless it trains. Its global batch is the checkpoint's (a run on N replicas carried N x batch_size rows).
     """
     for name in ("train_config.json", "vocab.txt", "options.json"):
         if not os.path.isfile(os.path.join(save_dir, name)):
             raise FileNotFoundError(f"{save_dir!r} is not a training directory: it has no {name}.")
-    prefixes = checkpoint_prefixes(os.path.join(save_dir, "checkpoints"))
-    if not prefixes:
-        raise FileNotFoundError(f"{save_dir!r} holds no checkpoint under checkpoints/.")
+    prefix = checkpoint_prefix(save_dir, step)
     with open(os.path.join(save_dir, "train_config.json")) as f:
         train_config = TrainConfig(**json.load(f))
+    try:
+        rows = tf.train.load_variable(prefix, "states/0/.ATTRIBUTES/VARIABLE_VALUE").shape[0]
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointError(f"Checkpoint {prefix!r} cannot be read: {e}") from None
+    train_config = dataclasses.replace(train_config, batch_size=int(rows))  # one replica holding every row
     vocab = Vocabulary.from_file(os.path.join(save_dir, "vocab.txt"))
     config = BiLMConfig.from_json_file(os.path.join(save_dir, "options.json"))
     trainer = Trainer(config, vocab, train_config, work_dir or save_dir)
     restore_checkpoint(
-        tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax, states=trainer.states), prefixes[-1], partial=True
+        tf.train.Checkpoint(model=trainer.model, softmax=trainer.softmax, states=trainer.states, step=trainer.step),
+        prefix,
+        partial=True,
     )
     return trainer
+
+
+def checkpoint_health(save_dir: str, step: Optional[int] = None, sample: Optional[str] = None) -> dict:
+    """The zero-state health check of a checkpoint of `save_dir` (default: the latest): the one recorded
+    during training, else a check run now on `sample` (default: the run's own health sample)."""
+    prefix = checkpoint_prefix(save_dir, step)
+    step = checkpoint_step(prefix)
+    recorded = health.read_records(os.path.join(save_dir, "checkpoints")).get(step)
+    if recorded is not None and sample is None:
+        return recorded
+    sample = sample or os.path.join(save_dir, health.SAMPLE_FILE)
+    if not os.path.isfile(sample):
+        raise UnhealthyCheckpointError(
+            f"Checkpoint step {step} of {save_dir!r} has no recorded health check, and the run has no "
+            f"{health.SAMPLE_FILE} to check it on. Give a few hundred sentences of the run's language "
+            "(--health_sample=FILE), or --allow_unhealthy to export it unchecked."
+        )
+    logging.info("Checking checkpoint step %d on %s (no recorded check).", step, sample)
+    return restore_trainer(save_dir, step=step).check_health(sample)
+
+
+def require_healthy(save_dir: str, step: Optional[int] = None, sample: Optional[str] = None) -> dict:
+    """The health record of the checkpoint to export; UnhealthyCheckpointError, naming both directions' figures
+    and the latest healthy checkpoint, if it is not healthy."""
+    rec = checkpoint_health(save_dir, step, sample)
+    if rec["healthy"]:
+        return rec
+    steps = [checkpoint_step(p) for p in checkpoint_prefixes(os.path.join(save_dir, "checkpoints"))]
+    healthy = health.latest_healthy(health.read_records(os.path.join(save_dir, "checkpoints")), steps)
+    where = (
+        f"The latest healthy checkpoint is step {healthy}: export it with --checkpoint_step={healthy}"
+        if healthy is not None
+        else "No checkpoint of this run is recorded as healthy"
+    )
+    raise UnhealthyCheckpointError(
+        f"Refusing to export {save_dir!r} at {health.describe(rec)}. The exported module runs every sentence "
+        f"from a zero state, so this direction's outputs would be noise (docs/TRAINING.md, 'Zero-state "
+        f"collapse'). {where}; or train on (a larger --max_steps resumes the run); --allow_unhealthy exports "
+        "it anyway."
+    )

@@ -32,7 +32,10 @@ FINITE = "a finite number"
 COMMANDS = {
     "train": (("path", "train.py"), {
         **{name: (POSITIVE, SIZE_BAD) for name in ("batch_size", "unroll_steps", "n_negative_samples", "max_steps",
-                                                   "n_epochs", "min_count", "checkpoint_every")},
+                                                   "n_epochs", "min_count", "checkpoint_every", "keep_checkpoints")},
+        "health_lines": (NON_NEGATIVE, ["-1", str(2**31)]),
+        "state_reset_prob": ("a number in the range [0, 1]", ["-0.01", "1.5", "nan", "inf"]),
+        "health_max_ratio": ("a finite number >= 1", ["0.5", "-1", "inf", "nan"]),
         "vocab_size": ("an integer in the range [3, 2147483647]", ["2", "0", "-5", str(2**31)]),
         "eval_every": (NON_NEGATIVE, ["-1", str(2**31)]),
         "seed": (SEED, ["-1", str(2**32)]),
@@ -40,12 +43,14 @@ COMMANDS = {
         "learning_rate": ("a finite number > 0", ["0", "-0.1", "inf", "nan"]),
         "dropout": ("a number in the range [0, 1)", ["-0.1", "1", "1.5", "nan"]),
     }, [[], ["--seed=4294967295", "--eval_every=0", "--dropout=0", "--num_gpus=0", "--vocab_size=3", "--batch_size=1",
-             "--learning_rate=1e-9"]]),
+             "--learning_rate=1e-9", "--state_reset_prob=0", "--state_reset_prob=1", "--health_max_ratio=1",
+             "--health_lines=0", "--keep_checkpoints=1"]]),
     "export": (("path", "export.py"), {
         "version": ("an integer in the range [1, 9223372036854775807]", ["0", "-1", str(2**63)]),
         "l2_coef": ("a finite number >= 0", ["-0.5", "inf", "nan"]),
         "mix_weights": (FINITE, ["1,x,2", "1,nan,2", "1,inf,0"]),
-    }, [[], ["--l2_coef=0", "--mix_weights=-1,0,2.5", "--version=1"]]),
+        "checkpoint_step": ("an integer in the range [0, 9223372036854775807]", ["-1", str(2**63)]),
+    }, [[], ["--l2_coef=0", "--mix_weights=-1,0,2.5", "--version=1", "--checkpoint_step=0"]]),
     "embed": (("module", "elmo_tf.embed"), {
         **{name: (POSITIVE, SIZE_BAD) for name in ("batch_size", "max_batch_tokens", "chunk_lines")},
         "gamma": (FINITE, ["nan", "inf", "-inf"]),

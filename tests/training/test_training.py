@@ -135,7 +135,8 @@ def original_update_rule(corpus, trainer, n_steps):
     """The original's training loop written out by hand (bilm-tf training.py): the gradients of
     `unroll_steps` x the mean of both directions' sampled-softmax losses (each direction with its own
     negatives), clipped to a global norm of clip_norm, then Adagrad `acc += g^2; w -= lr g / sqrt(acc)` in
-    NumPy; the LSTM states carried per row. Starts from `trainer`'s (untrained) weights on the same batches.
+    NumPy; the LSTM states carried per row, each (direction, row) zeroed where the step's `reset_mask` says (with
+    state_reset_prob 0: never, the original). Starts from `trainer`'s (untrained) weights on the same batches.
     Returns the losses of each step (mean of both directions) and the final weights."""
     from elmo_tf.training import data
     from elmo_tf.model.bilm import BiLM
@@ -155,6 +156,10 @@ def original_update_rule(corpus, trainer, n_steps):
     losses = []
     for step, batch in zip(range(n_steps), batches):
         negatives = trainer.negatives(tf.constant(step, tf.int64))
+        if tc.state_reset_prob > 0:
+            keep = trainer.reset_mask(tf.constant(step, tf.int64))
+            states = {"forward": tf.nest.map_structure(lambda t: t * keep[0][:, None], states["forward"]),
+                      "backward": tf.nest.map_structure(lambda t: t * keep[1][:, None], states["backward"])}
         with tf.GradientTape() as tape:
             forward, backward, states = model.lm_outputs(batch["char_ids_forward"], batch["char_ids_backward"],
                                                           initial_state=states)
@@ -177,11 +182,13 @@ def original_update_rule(corpus, trainer, n_steps):
 def test_learns_as_fast_as_the_original_update_rule(corpus, tmp_path):
     """Value by value, a short sampled-softmax run equals the original's update rule written out by hand; the
     per-token gradient scale (scale_loss_by_unroll_steps=False, this project's trainer before it was fixed)
-    learns visibly slower. Would have caught the 20x smaller gradients."""
+    learns visibly slower. Would have caught the 20x smaller gradients. The scaled run also resets carried states
+    (state_reset_prob 0.2: about 48 of its 240 row-direction states are zeroed), the reference at the same places."""
     n = 30
     runs = {}
     for scaled in (True, False):
-        tc = tiny_train_config(n, dropout=0.0, checkpoint_every=1000, scale_loss_by_unroll_steps=scaled)
+        tc = tiny_train_config(n, dropout=0.0, checkpoint_every=1000, scale_loss_by_unroll_steps=scaled,
+                               state_reset_prob=0.2 if scaled else 0.0, health_lines=0)
         trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path / str(scaled)))
         if scaled:
             reference, reference_weights = original_update_rule(corpus, trainer, n)
@@ -197,6 +204,20 @@ def test_learns_as_fast_as_the_original_update_rule(corpus, tmp_path):
     assert reference[0] - np.mean(reference[-5:]) > 0.25  # the reference itself learns in these steps
     # Same batches and negatives: the unscaled gradients lag behind, step for step.
     assert np.mean(np.array(runs[False][-10:]) - np.array(reference[-10:])) > 0.05
+
+
+def test_state_resets_are_independent_stateless_draws_at_the_given_rate(corpus, tmp_path):
+    tc = tiny_train_config(1, batch_size=50, state_reset_prob=0.3)
+    trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path))
+    masks = np.stack([trainer.reset_mask(tf.constant(s, tf.int64)).numpy() for s in range(40)])  # [40, 2, 50]
+    assert set(np.unique(masks)) == {0.0, 1.0}
+    assert abs((1 - masks).mean() - 0.3) < 0.03  # 4,000 draws: 3 standard deviations are 0.022
+    assert not np.array_equal(masks[:, 0], masks[:, 1])  # directions and steps draw apart
+    assert not np.array_equal(masks[0], masks[1])
+    np.testing.assert_array_equal(trainer.reset_mask(tf.constant(7, tf.int64)).numpy(), masks[7])  # (seed, step)
+    never = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(1, batch_size=50, state_reset_prob=0.0),
+                             str(tmp_path / "never"))
+    assert never.reset_mask(tf.constant(3, tf.int64)).numpy().min() == 1.0
 
 
 def test_each_direction_draws_its_own_negatives(corpus, tmp_path):
@@ -261,12 +282,13 @@ def test_initialisers_are_the_originals(tmp_path):
 def test_three_replicas_equal_one(corpus, tmp_path):
     results = []
     for n in (1, 3):
-        tc = tiny_train_config(4, batch_size=6 // n, dropout=0.0, checkpoint_every=1000)
+        tc = tiny_train_config(4, batch_size=6 // n, dropout=0.0, checkpoint_every=1000, state_reset_prob=0.3)
         trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path / f"r{n}"), strategy_on(n))
         losses = []
         trainer.train(corpus["glob"], on_step=lambda step, m: losses.append(m["loss_forward"] + m["loss_backward"]))
         results.append((losses, [w.numpy() for w in trainer.model.weights], [s.numpy() for s in trainer.states]))
     (l1, w1, s1), (l3, w3, s3) = results
+    assert training.restore_trainer(str(tmp_path / "r3")).global_batch == 6  # the checkpoint's rows, on one device
     np.testing.assert_allclose(l1, l3, rtol=1e-5)
     for a, b in zip(w1 + s1, w3 + s3):
         np.testing.assert_allclose(a, b, atol=1e-5)
