@@ -1,6 +1,6 @@
 """Training throughput (tokens/s) of the `small` and `original` presets on this machine.
 
-    python benchmarks/train_speed.py [--presets=small,original] [--steps=N]
+    python benchmarks/train_speed.py [--presets=small,original] [--steps=N] [--state_reset_probs=0,0.01 --rounds=3]
 
 Uses the real English corpus in data/english; the vocabulary is the corpus's, padded with unused
 entries to the preset's size (the softmax cost depends on it). Prints a table and writes
@@ -10,6 +10,10 @@ Model FLOPs per token = 3 x (the forward pass of one position, `common.flops_per
 sampled softmax of both directions, 2 x 2 x P x (negatives + 1)): backward costs about twice forward.
 "% of peak" divides model FLOPs per second by a float32 4096^2 matmul measured in the same run, and
 "bound tokens/s" is what the measured peak would allow at 100 %.
+
+With several --state_reset_probs, each preset is measured at each value in turn, --rounds times, side by side
+in one process (the machine drifts between runs); "health check s" is the zero-state health check that runs
+after every checkpoint (`Trainer.check_health` on the first 256 lines of --health_sample), timed once per row.
 """
 
 import os
@@ -29,6 +33,10 @@ flags.DEFINE_list("presets", ["small", "original"], "Presets to measure.")
 flags.DEFINE_integer("steps", 10, "Timed steps per preset (after 2 warm-up steps).")
 flags.DEFINE_string("train_prefix", os.path.join(os.path.dirname(__file__), "..", "data", "english", "train", "*.txt"),
                     "Corpus glob.")
+flags.DEFINE_list("state_reset_probs", [], "TrainConfig.state_reset_prob values to compare (default: the default's).")
+flags.DEFINE_integer("rounds", 1, "Rounds over the presets and --state_reset_probs.", lower_bound=1)
+flags.DEFINE_string("health_sample", os.path.join(os.path.dirname(__file__), "..", "data", "english", "heldout", "*.txt"),
+                    "Text whose first 256 lines time the health check ('' to skip).")
 FLAGS = flags.FLAGS
 
 
@@ -37,7 +45,7 @@ def training_flops_per_token(config, negatives: int) -> float:
     return 3.0 * (common.flops_per_position(config) + 2 * 2.0 * p * (negatives + 1))
 
 
-def measure(name, peak_gflops):
+def measure(name, peak_gflops, state_reset_prob=None):
     from elmo_tf import training
     from elmo_tf.training import data
     from elmo_tf.model import presets
@@ -48,7 +56,8 @@ def measure(name, peak_gflops):
     size = recipe["n_tokens_vocab"] if name == "small" else 100_000  # the reference figure's vocabulary
     counted = Vocabulary.build(FLAGS.train_prefix, max_size=size)
     vocab = Vocabulary(counted.words + [f"<unused_{i}>" for i in range(size - counted.size)])
-    tc = training.recipe_config(config, max_steps=FLAGS.steps + 2)
+    overrides = {} if state_reset_prob is None else {"state_reset_prob": state_reset_prob}
+    tc = training.recipe_config(config, max_steps=FLAGS.steps + 2, **overrides)
     save_dir = tempfile.mkdtemp(prefix=f"train_speed_{name}_")
     try:
         trainer = training.Trainer(config, vocab, tc, save_dir, training.make_strategy())
@@ -62,6 +71,15 @@ def measure(name, peak_gflops):
             if step >= 2:
                 times.append(time.perf_counter() - start)
                 cpu_times.append(time.process_time() - cpu_start)
+        health_seconds = None
+        if FLAGS.health_sample:
+            from elmo_tf.training import health
+
+            sample = health.write_sample(save_dir, FLAGS.health_sample, 256)
+            trainer.check_health(sample)  # traces
+            start = time.perf_counter()
+            trainer.check_health(sample)
+            health_seconds = time.perf_counter() - start
     finally:
         shutil.rmtree(save_dir, ignore_errors=True)
     tokens = trainer.global_batch * tc.unroll_steps
@@ -69,6 +87,7 @@ def measure(name, peak_gflops):
     flops_per_token = training_flops_per_token(config, tc.n_negative_samples)
     return {
         "preset": name,
+        "state_reset_prob": tc.state_reset_prob,
         "replicas": trainer.num_replicas,
         "batch x unroll": f"{trainer.global_batch} x {tc.unroll_steps}",
         "vocab": vocab.size,
@@ -80,6 +99,7 @@ def measure(name, peak_gflops):
         "% of peak": 100.0 * tokens / seconds * flops_per_token / (peak_gflops * 1e9),
         "bound tokens/s": peak_gflops * 1e9 / flops_per_token,
         "peak RSS MB": common.peak_rss_mb(),
+        "health check s": health_seconds,
         "step_seconds": times,
         "step_cpu_seconds": cpu_times,
     }
@@ -89,11 +109,26 @@ def main(argv):
     del argv
     peak = common.matmul_gflops()
     print(f"float32 4096^2 matmul: {peak:.1f} GFLOP/s")
-    rows = [measure(name, peak) for name in FLAGS.presets]
-    common.print_table(rows, ["preset", "replicas", "batch x unroll", "vocab", "negatives", "s/step (median)",
-                              "tokens/s (median)", "tokens/CPU-s (median)", "% of peak", "bound tokens/s",
-                              "peak RSS MB"])
-    print("saved", common.save("train_speed", {"matmul_gflops": peak, "rows": rows}))
+    probs = [float(p) for p in FLAGS.state_reset_probs] or [None]
+    rows = []
+    for round_ in range(FLAGS.rounds):
+        for name in FLAGS.presets:
+            for prob in probs:
+                rows.append({"round": round_ + 1, **measure(name, peak, prob)})
+    common.print_table(rows, ["round", "preset", "state_reset_prob", "replicas", "batch x unroll", "vocab", "negatives",
+                              "s/step (median)", "tokens/s (median)", "tokens/CPU-s (median)", "% of peak",
+                              "bound tokens/s", "health check s", "peak RSS MB"])
+    summary = []
+    for name in FLAGS.presets:
+        for prob in {r["state_reset_prob"] for r in rows if r["preset"] == name}:
+            mine = [r for r in rows if r["preset"] == name and r["state_reset_prob"] == prob]
+            summary.append({"preset": name, "state_reset_prob": prob, "rounds": len(mine),
+                            "tokens/s (median of rounds)": common.median([r["tokens/s (median)"] for r in mine]),
+                            "health check s (median)": common.median([r["health check s"] for r in mine
+                                                                      if r["health check s"] is not None] or [0.0])})
+    if FLAGS.rounds > 1 or len(probs) > 1:
+        common.print_table(summary, list(summary[0]))
+    print("saved", common.save("train_speed", {"matmul_gflops": peak, "rows": rows, "summary": summary}))
 
 
 if __name__ == "__main__":
