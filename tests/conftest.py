@@ -21,7 +21,18 @@ FIXTURE_NAMES = ("tiny", "tiny2")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: takes more than a few seconds (subprocesses, exports); still runs in CI")
+    config.addinivalue_line(
+        "markers", "slow: takes more than a few seconds (subprocesses, exports, training); `-m 'not slow'` is the fast tier, "
+        "CI runs everything")
+
+
+def pytest_collection_modifyitems(items):
+    """A test module lists in SLOW_FIXTURES the fixtures that export, load, serve or train a model; every test that
+    uses one of them (directly or through another fixture) is slow, so the fast tier never builds them."""
+    for item in items:
+        slow_fixtures = set(getattr(item.module, "SLOW_FIXTURES", ()))
+        if slow_fixtures & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 class Fixture:

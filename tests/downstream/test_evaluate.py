@@ -30,11 +30,12 @@ from elmo_tf.downstream.finetune import (  # noqa: E402
     num_unfrozen,
     slanted_triangular,
 )
-from elmo_tf.export.hub import export_original  # noqa: E402
+from tests.shared_builds import reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 CHILD_TIMEOUT = 900  # seconds; generous: on a shared 2-core machine the toy pipeline run took over 300 s
+SLOW_FIXTURES = {"trained"}  # the evaluation pipeline run on a toy task: their tests are slow (conftest.py)
 
 
 # -- ULMFiT pieces -----------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def _sentences(n, seed):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("evaluate")
-    module = export_original(str(TINY / "options.json"), str(TINY / "weights.hdf5"), str(root / "module"), trainable="all")
+    module = reference_export("tiny", trainable="all")
     # Random static vectors stand in for word2vec (the test venv has no gensim).
     w2v = root / "w2v"
     w2v.mkdir()

@@ -28,12 +28,13 @@ import tensorflow as tf  # noqa: E402
 from elmo_tf.embedding.embedder import EmbedError, Embedder  # noqa: E402
 from elmo_tf.embedding.input_file import count_lines  # noqa: E402
 from elmo_tf.utils.batching import length_batches  # noqa: E402
-from elmo_tf.export.hub import export_original  # noqa: E402
+from tests.shared_builds import reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 OPTIONS, WEIGHTS = str(TINY / "options.json"), str(TINY / "weights.hdf5")
 TOL = 1e-5
+SLOW_FIXTURES = {"module_dir", "original"}  # an export, the original files' model: their tests are slow (conftest.py)
 CHILD_TIMEOUT = 300
 MIX_WEIGHTS, GAMMA = [1.0, -0.5, 2.0], 0.7
 
@@ -47,8 +48,8 @@ LINES += [" ".join(s) for s in SENTENCES[4:]]
 
 
 @pytest.fixture(scope="module")
-def module_dir(tmp_path_factory) -> str:
-    return export_original(OPTIONS, WEIGHTS, str(tmp_path_factory.mktemp("embed") / "module"))
+def module_dir() -> str:
+    return reference_export("tiny")
 
 
 @pytest.fixture(scope="module")

@@ -37,12 +37,13 @@ from elmo_tf.commands import embed_beam  # noqa: E402
 from elmo_tf.embedding import pipeline as embed_pipeline  # noqa: E402
 from elmo_tf.embedding import records as embed_records  # noqa: E402
 from elmo_tf.embedding.embedder import EmbedError, Embedder  # noqa: E402
-from elmo_tf.export.hub import export_original  # noqa: E402
+from tests.shared_builds import reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 OPTIONS, WEIGHTS = str(TINY / "options.json"), str(TINY / "weights.hdf5")
 TOL = 1e-5
+SLOW_FIXTURES = {"module_dir"}  # an export: their tests are slow (conftest.py)
 CHILD_TIMEOUT = 600
 CHUNK_LINES, BATCH_SIZE, MAX_LINE_BYTES, MAX_TOKENS = 4, 3, 200, 30
 
@@ -61,8 +62,8 @@ BAD = [  # (line, reason) of c_bad.txt
 
 
 @pytest.fixture(scope="module")
-def module_dir(tmp_path_factory) -> str:
-    return export_original(OPTIONS, WEIGHTS, str(tmp_path_factory.mktemp("beam") / "module"))
+def module_dir() -> str:
+    return reference_export("tiny")
 
 
 @pytest.fixture(scope="module")

@@ -33,10 +33,12 @@ from elmo_tf.export import hub as hub_export  # noqa: E402
 from elmo_tf.model.config import BiLMConfig  # noqa: E402
 from elmo_tf.export.hub import ExportError, export_original  # noqa: E402
 from elmo_tf.model.weights_io import WeightFileError  # noqa: E402
+from tests.shared_builds import reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 HUB_CONSUMER = REPO / "tests" / "hub_consumer.py"
+SLOW_FIXTURES = {"exports"}  # the exports of the reference fixtures: their tests are slow (conftest.py)
 TOL = 1e-5
 MIX_NAMES = {"scalar_mix/mix_weights:0", "scalar_mix/gamma:0"}
 # Seconds; generous upper bounds so a hung child fails the test instead of the whole run.
@@ -126,10 +128,7 @@ def exports(tmp_path_factory, request):
     """
     paths = {}
     for key, name, trainable in (("tiny", "tiny", "mix"), ("tiny2", "tiny2", "mix"), ("tiny_all", "tiny", "all")):
-        ref = REFS[name]
-        target = tmp_path_factory.mktemp(f"export_{key}") / "module"
-        paths[key] = export_original(str(ref.options_file), str(ref.weight_file), str(target), trainable=trainable)
-        assert paths[key] == str(target)
+        paths[key] = reference_export(name, trainable=trainable)  # export_original, shared with other test modules
     if any("hub_results" in getattr(item, "fixturenames", ()) for item in request.session.items):
         _HUB_RUN.append(HubConsumerRun(paths, tmp_path_factory.mktemp("hub_consumer")))
     yield paths

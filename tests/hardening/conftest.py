@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 
 import pytest
 
-from elmo_tf.export.hub import export_original
+from tests.shared_builds import reference_export
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
@@ -27,9 +27,9 @@ CHILD_TIMEOUT = 600
 
 
 @pytest.fixture(scope="session")
-def tiny_module(tmp_path_factory) -> str:
-    """An export of the tiny fixture shared by the hardening tests (never modified by them)."""
-    return export_original(OPTIONS, WEIGHTS, str(tmp_path_factory.mktemp("hardening") / "module"))
+def tiny_module() -> str:
+    """The shared export of the tiny fixture (never modified by the hardening tests)."""
+    return reference_export("tiny")
 
 
 def _set_immutable(path: str, on: bool) -> bool:

@@ -30,6 +30,7 @@ from tests import numpy_reference
 from tests.hardening.conftest import OPTIONS, WEIGHTS
 
 TOL = 5e-5  # float32 against float64, over sentences of up to 10,000 tokens
+SLOW_FIXTURES = {"tiny_module", "original"}  # an export, the original files' model: their tests are slow (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from elmo_tf import serving
 from elmo_tf.errors import ModelDirError, ServeError
 
 MAX_BATCH_TOKENS = 400
+SLOW_FIXTURES = {"tiny_module"}  # an export: their tests are slow (conftest.py)
 
 
 @pytest.fixture(scope="module")

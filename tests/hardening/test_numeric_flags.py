@@ -23,6 +23,7 @@ import pytest
 from tests.hardening.conftest import REPO, run_child
 
 POSITIVE = "an integer in the range [1, 2147483647]"
+SLOW_FIXTURES = {"children"}  # every command started as a child process: their tests are slow (conftest.py)
 NON_NEGATIVE = "an integer in the range [0, 2147483647]"
 SEED = "an integer in the range [0, 4294967295]"
 SIZE_BAD = ["0", "-1", str(2**31)]  # 2**31: past int32, the type of TensorFlow's shapes and sizes

@@ -130,6 +130,7 @@ def test_loop_rejects_a_mask_that_is_not_a_prefix():
         layer(np.zeros((1, 3, 2), np.float32), mask=mask)
 
 
+@pytest.mark.slow
 def test_gradient_through_a_reloaded_saved_model(tmp_path):
     """The loop (unknown batch: the layout chosen per step by `tf.cond`) differentiates after `tf.saved_model.load`
     as before saving."""

@@ -132,6 +132,7 @@ def test_tf_train_checkpoint_tracks_every_weight(fixture, models, tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting, expected", [(None, "True"), ("0", "False"), ("1", "True")])
 def test_importing_the_package_first_selects_onednn_unless_told_otherwise(setting, expected):
     """The package's CPU default (elmo_tf/__init__.py) applies before TensorFlow loads; a user's value wins."""

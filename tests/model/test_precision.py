@@ -37,6 +37,7 @@ def test_bfloat16_stays_close_to_the_original(fixture):
         assert np.all(got.numpy()[~fixture.mask] == 0.0)
 
 
+@pytest.mark.slow
 def test_bfloat16_export_and_embedder(tmp_path):
     fixture = Fixture("tiny")  # one fixture: an export takes a while
     bilm = load_original(fixture.options_file, fixture.weight_file)

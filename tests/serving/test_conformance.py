@@ -28,6 +28,7 @@ from elmo_tf.serving.rest_api import gunzip
 from tests.serving.test_serve import CHILD_TIMEOUT, SENTENCES, fake_signature, start_serve
 
 PREDICT = "/v1/models/elmo:predict"
+SLOW_FIXTURES = {"base_path"}  # an export served over HTTP: their tests are slow (conftest.py)
 ONE = json.dumps({"instances": [SENTENCES[0]]}).encode()
 
 

@@ -19,7 +19,6 @@ import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -37,11 +36,12 @@ import tensorflow as tf  # noqa: E402
 
 from elmo_tf import serving  # noqa: E402
 from elmo_tf.errors import ModelDirError, ServeError  # noqa: E402
-from elmo_tf.export.hub import export_original  # noqa: E402
+from tests.shared_builds import copy_of, reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 SENTENCES = (TINY / "sentences.txt").read_text(encoding="utf-8").splitlines()
+SLOW_FIXTURES = {"base_path"}  # an export served over HTTP: their tests are slow (conftest.py)
 BATCH_TOL = 1e-5
 OPTIONS = serving.ServerOptions(max_batch_size=4, batch_timeout_ms=50, max_enqueued_batches=4, max_request_bytes=64 << 10)
 # Seconds; generous bounds so that a hung server fails the test instead of the run.
@@ -56,8 +56,8 @@ CHILD_TIMEOUT = 120
 def base_path(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("serving") / "elmo"
     base.mkdir()
-    export_original(str(TINY / "options.json"), str(TINY / "weights.hdf5"), str(base / "1"))
-    shutil.copytree(base / "1", base / "2")  # the server must serve the highest version
+    copy_of(reference_export("tiny"), base / "1")
+    copy_of(reference_export("tiny"), base / "2")  # the server must serve the highest version
     return base
 
 

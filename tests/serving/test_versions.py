@@ -31,7 +31,7 @@ import pytest  # noqa: E402
 
 from elmo_tf import serving  # noqa: E402
 from elmo_tf.errors import ConfigError, ModelDirError, ServeError  # noqa: E402
-from elmo_tf.export.hub import export_original  # noqa: E402
+from tests.shared_builds import reference_export  # noqa: E402
 from elmo_tf.serving.version_folders import list_versions  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,14 +39,13 @@ TINY = REPO / "tests" / "fixtures" / "tiny"
 OPTIONS = serving.ServerOptions(max_batch_size=4, batch_timeout_ms=0)
 POLL_S = 0.2
 WAIT = 120  # seconds; generous, for a loaded 2-core machine
+SLOW_FIXTURES = {"export"}  # every test here loads versions of the shared export: their tests are slow (conftest.py)
 TEXT = {"text": np.array([b"the cat sat"], dtype=object)}
 
 
 @pytest.fixture(scope="module")
-def export(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("versions") / "export"
-    export_original(str(TINY / "options.json"), str(TINY / "weights.hdf5"), str(path))
-    return path
+def export() -> Path:
+    return Path(reference_export("tiny"))  # shared: never changed here, versions are copies of it
 
 
 def add_version(base: Path, number: int, export: Path) -> Path:
@@ -65,8 +64,10 @@ def new_base(tmp_path: Path, export: Path, versions=(1,), name: str = "elmo") ->
     return base
 
 
-def watch(*configs: serving.ModelConfig, poll: float = POLL_S) -> serving.ModelRegistry:
-    return serving.ModelRegistry([], OPTIONS.make_batcher, configs=configs, poll_wait_seconds=poll)
+def watch(*configs: serving.ModelConfig, poll: float = POLL_S, warm_up: bool = False) -> serving.ModelRegistry:
+    """A registry of `configs`; without the warm-up (every signature run once, ~10 s per version on 2 cores) unless
+    asked: these tests are about which versions load and when (the warm-up has its own test below)."""
+    return serving.ModelRegistry([], OPTIONS.make_batcher, configs=configs, poll_wait_seconds=poll, warm_up=warm_up)
 
 
 def states(registry: serving.ModelRegistry, name: str = "elmo") -> list[tuple[int, str, str]]:
@@ -121,6 +122,34 @@ def test_new_version_is_served_and_the_old_one_unloaded_after_its_requests_in_fl
         with pytest.raises(ServeError) as closed:  # its batcher was closed by the unload
             old.batcher.predict(old.model.signatures["default"], TEXT)
         assert closed.value.status == 503
+    finally:
+        registry.close()
+
+
+def test_a_version_is_available_only_after_every_signature_ran_once(export, tmp_path, monkeypatch):
+    base = new_base(tmp_path, export, [1])
+    runs, states_seen = [], []
+    real_run = serving.ServedModel.run
+
+    def run(self, signature, inputs):
+        runs.append(signature.name)
+        states_seen.append(states_now())
+        return real_run(self, signature, inputs)
+
+    registry = None
+    states_now = lambda: registry and states(registry)  # noqa: E731  (None while the registry starts)
+    monkeypatch.setattr(serving.ServedModel, "run", run)
+    registry = watch(serving.single_model_config("elmo", str(base)), warm_up=True)
+    try:
+        with registry.acquire("elmo") as loaded:
+            signatures = loaded.model.signatures
+        assert sorted(runs) == sorted(s.name for s in signatures.values()) and len(runs) >= 7
+        assert states(registry) == [(1, "AVAILABLE", "OK")]
+        runs.clear(), states_seen.clear()
+        add_version(base, 2, export)
+        wait_for(lambda: states(registry)[0][:2] == (2, "AVAILABLE"), "version 2 AVAILABLE")
+        assert len(runs) == len(signatures)
+        assert all(seen[0] == (2, "LOADING", "OK") for seen in states_seen), states_seen  # before AVAILABLE
     finally:
         registry.close()
 

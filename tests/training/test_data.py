@@ -224,6 +224,7 @@ def test_windows_follow_the_recipe_in_corpus_order(tmp_path):
                 assert row_targets[t] == vocab.id_of(following)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffle_buffer", [None, 4])
 def test_shuffled_epochs_hold_every_sentence_once_each(tmp_path, shuffle_buffer):
     """Each epoch: every sentence once, files one after the other, each file's lines shuffled as a whole (or in
@@ -260,6 +261,7 @@ def test_shuffled_epochs_hold_every_sentence_once_each(tmp_path, shuffle_buffer)
     assert_batches_equal(collect(ds), expected_batches(windows, vocab))
 
 
+@pytest.mark.slow
 def test_same_seed_same_batches_other_seed_differs(tmp_path):
     pattern, vocab = write_corpus(tmp_path), make_vocab()
 
@@ -277,6 +279,7 @@ def test_same_seed_same_batches_other_seed_differs(tmp_path):
     assert any(not np.array_equal(x["targets_forward"], y["targets_forward"]) for x, y in zip(a, b))
 
 
+@pytest.mark.slow
 def test_checkpointed_iterator_resumes_exactly(tmp_path):
     pattern = write_corpus(tmp_path)
 
@@ -332,6 +335,7 @@ def test_sentence_longer_than_three_windows(tmp_path):
     assert targets[:18].tolist() == [vocab.id_of(w) for w in long + ["</S>"]]
 
 
+@pytest.mark.slow
 def test_rows_stay_balanced_on_a_skewed_corpus(tmp_path):
     long = " ".join(f"x{i}" for i in range(59))  # 60 pairs
     short = [" ".join(["s"] * (1 + i % 2)) for i in range(150)]  # 2 or 3 pairs each

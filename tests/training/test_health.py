@@ -26,6 +26,7 @@ LINES = [
 ]
 
 
+@pytest.mark.slow
 def test_sentence_by_sentence_equals_each_sentence_run_alone(corpus, tmp_path):
     """Groups of 3 sentences, one per row (the last group with empty rows, a sentence longer than two windows):
     the same per-direction loss as running every sentence on its own in a one-row batch from a zero state."""
@@ -60,6 +61,7 @@ def test_assess_names_every_problem():
     assert health.assess({"forward": 150.0, "backward": 120.0}, carried, max_ratio=1.2) != []
 
 
+@pytest.mark.slow
 def test_every_checkpoint_is_checked_and_the_newest_healthy_one_is_kept(corpus, tmp_path, monkeypatch):
     """Checks recorded at every checkpoint (figures from the real check; the verdicts after step 4 turned
     unhealthy here, as a collapse would); keep_checkpoints=1 keeps the newest checkpoint and the newest healthy

@@ -56,6 +56,7 @@ def test_train_eval_and_export_from_the_command_line(corpus, tmp_path):
         (["--init_checkpoint=/nonexistent"], "is not a train.py --save_dir"),
     ],
 )
+@pytest.mark.slow
 def test_impossible_flags_are_rejected_before_any_work(args, message, tmp_path):
     result = run("train.py", f"--save_dir={tmp_path / 'run'}", *args)
     assert result.returncode != 0
@@ -63,6 +64,7 @@ def test_impossible_flags_are_rejected_before_any_work(args, message, tmp_path):
     assert not os.path.exists(tmp_path / "run")  # nothing was written
 
 
+@pytest.mark.slow
 def test_a_vocabulary_without_special_tokens_is_a_clear_error(corpus, tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("the\ncat\n")

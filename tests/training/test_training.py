@@ -88,6 +88,7 @@ def test_sampled_loss_approaches_full_loss():
 
 
 # -- the trainer ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_overfits_a_tiny_corpus(corpus, tmp_path):
     tc = tiny_train_config(200, n_negative_samples=10_000, dropout=0.0, checkpoint_every=1000)  # full softmax, lr 0.2
     trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path))
@@ -109,6 +110,7 @@ def test_overfits_a_tiny_corpus(corpus, tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("-200")
 
 
+@pytest.mark.slow
 def test_evaluation_from_the_training_state(corpus, tmp_path):
     """`evaluate(from_training_state=True)` starts each row from the LSTM state training carried (restored with
     the run by `restore_trainer`); with that state zeroed it is exactly the zero-state evaluation."""
@@ -179,6 +181,7 @@ def original_update_rule(corpus, trainer, n_steps):
     return losses, [v.numpy() for v in variables]
 
 
+@pytest.mark.slow
 def test_learns_as_fast_as_the_original_update_rule(corpus, tmp_path):
     """Value by value, a short sampled-softmax run equals the original's update rule written out by hand; the
     per-token gradient scale (scale_loss_by_unroll_steps=False, this project's trainer before it was fixed)
@@ -279,6 +282,7 @@ def test_initialisers_are_the_originals(tmp_path):
     assert not weights["softmax/b"].any()
 
 
+@pytest.mark.slow
 def test_three_replicas_equal_one(corpus, tmp_path):
     results = []
     for n in (1, 3):
@@ -295,6 +299,7 @@ def test_three_replicas_equal_one(corpus, tmp_path):
     assert not np.allclose(w1[0], load_original(str(FIXTURES / "tiny" / "options.json"), str(FIXTURES / "tiny" / "weights.hdf5")).weights[0].numpy())
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(corpus, tmp_path, monkeypatch):
     tc = tiny_train_config(10, checkpoint_every=2)
     trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path))
@@ -312,6 +317,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(corpus, tmp_path, m
     assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("-4")
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_stops(corpus, tmp_path):
     trainer = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(50, checkpoint_every=100), str(tmp_path))
 
@@ -421,6 +427,7 @@ def test_trained_checkpoint_exports_to_hdf5_and_hub_with_identical_outputs(corpu
     np.testing.assert_allclose(out["word_emb"].numpy(), expected["word_emb"].numpy(), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_continued_pretraining_with_a_new_vocabulary(corpus, tmp_path):
     first = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(2), str(tmp_path / "first"))
     first.train(corpus["glob"])

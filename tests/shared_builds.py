@@ -1,0 +1,80 @@
+"""Builds that many test modules need, made once and shared: by the pytest-xdist workers of one run (a file lock)
+and by later runs while the code that makes them is unchanged (the cache key is a digest of elmo_tf's sources, the
+fixture's files and TensorFlow's version).
+
+A build is written under a temporary name and renamed into place, so a killed run never leaves a half-written entry;
+entries of the same build with another key are deleted when a new one is made. Every user treats an entry as
+read-only: tests that change a module copy it first (`copy_of`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+CACHE = Path(os.environ.get("ELMO_TF_TEST_CACHE", Path(tempfile.gettempdir()) / f"elmo_tf_tests-{os.getuid()}"))
+
+
+def _digest(paths: list[Path], extra: str) -> str:
+    h = hashlib.sha256(extra.encode())
+    for path in sorted(paths):
+        h.update(str(path.relative_to(REPO)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def build_once(name: str, inputs: list[Path], build: Callable[[Path], None]) -> Path:
+    """The folder `build(folder)` writes, built at most once per key (elmo_tf's sources + `inputs`)."""
+    import tensorflow as tf
+
+    sources = [p for p in (REPO / "elmo_tf").rglob("*.py")] + list(inputs)
+    final = CACHE / f"{name}-{_digest(sources, tf.__version__)}"
+    if final.is_dir():
+        return final
+    with _locked(name):
+        if not final.is_dir():
+            for stale in CACHE.glob(f"{name}-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            partial = CACHE / f".{name}-partial-{os.getpid()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            build(partial)
+            os.rename(partial, final)
+    return final
+
+
+def reference_export(fixture: str = "tiny", trainable: str = "mix") -> str:
+    """`export_original` of tests/fixtures/<fixture> with `trainable`: the SavedModel's folder (read-only)."""
+    from elmo_tf.export.hub import export_original
+
+    folder = FIXTURES / fixture
+
+    def build(target: Path) -> None:
+        export_original(str(folder / "options.json"), str(folder / "weights.hdf5"), str(target), trainable=trainable)
+
+    inputs = [folder / "options.json", folder / "weights.hdf5"]
+    return str(build_once(f"export-{fixture}-{trainable}", inputs, build))
+
+
+def copy_of(export: str, target: Path) -> Path:
+    """A private copy of a shared export, for a test that changes or moves it."""
+    shutil.copytree(export, target)
+    return target
