@@ -642,13 +642,13 @@ def require_healthy(save_dir: str, step: Optional[int] = None, sample: Optional[
     steps = [checkpoint_step(p) for p in checkpoint_prefixes(os.path.join(save_dir, "checkpoints"))]
     healthy = health.latest_healthy(health.read_records(os.path.join(save_dir, "checkpoints")), steps)
     where = (
-        f"The latest healthy checkpoint is step {healthy}: export it with --checkpoint_step={healthy}"
+        f"The latest healthy checkpoint is step {healthy}: export it with --checkpoint_step={healthy}, or train on"
         if healthy is not None
-        else "No checkpoint of this run is recorded as healthy"
+        else "No checkpoint of this run is recorded as healthy: train on"
     )
     raise UnhealthyCheckpointError(
         f"Refusing to export {save_dir!r} at {health.describe(rec)}. The exported module runs every sentence "
         f"from a zero state, so this direction's outputs would be noise (docs/TRAINING.md, 'Zero-state "
-        f"collapse'). {where}; or train on (a larger --max_steps resumes the run); --allow_unhealthy exports "
-        "it anyway."
+        f"collapse'). {where} (a larger --max_steps resumes the run; with the default --state_reset_prob the "
+        "zero-state start is trained too); --allow_unhealthy exports it anyway."
     )
