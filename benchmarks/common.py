@@ -46,7 +46,9 @@ def median(values: Sequence[float]) -> float:
 
 def print_table(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
     def fmt(v):
-        return f"{v:,.1f}" if isinstance(v, float) else str(v)
+        if isinstance(v, float):
+            return f"{v:,.1f}" if v == 0 or abs(v) >= 1 else f"{v:.3g}"  # 0.01 stays 0.01
+        return str(v)
 
     widths = [max([len(c)] + [len(fmt(r.get(c, ""))) for r in rows]) for c in columns]
     print(" | ".join(c.ljust(w) for c, w in zip(columns, widths)))

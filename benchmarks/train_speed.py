@@ -4,7 +4,7 @@
 
 Uses the real English corpus in data/english; the vocabulary is the corpus's, padded with unused
 entries to the preset's size (the softmax cost depends on it). Prints a table and writes
-benchmarks/results/train_speed.json. Tokens per step = global batch x unroll steps.
+benchmarks/results/<--name>.json (train_speed.json). Tokens per step = global batch x unroll steps.
 
 Model FLOPs per token = 3 x (the forward pass of one position, `common.flops_per_position`, plus the
 sampled softmax of both directions, 2 x 2 x P x (negatives + 1)): backward costs about twice forward.
@@ -35,6 +35,7 @@ flags.DEFINE_string("train_prefix", os.path.join(os.path.dirname(__file__), ".."
                     "Corpus glob.")
 flags.DEFINE_list("state_reset_probs", [], "TrainConfig.state_reset_prob values to compare (default: the default's).")
 flags.DEFINE_integer("rounds", 1, "Rounds over the presets and --state_reset_probs.", lower_bound=1)
+flags.DEFINE_string("name", "train_speed", "Name of the result file in benchmarks/results/.")
 flags.DEFINE_string("health_sample", os.path.join(os.path.dirname(__file__), "..", "data", "english", "heldout", "*.txt"),
                     "Text whose first 256 lines time the health check ('' to skip).")
 FLAGS = flags.FLAGS
@@ -128,7 +129,7 @@ def main(argv):
                                                                       if r["health check s"] is not None] or [0.0])})
     if FLAGS.rounds > 1 or len(probs) > 1:
         common.print_table(summary, list(summary[0]))
-    print("saved", common.save("train_speed", {"matmul_gflops": peak, "rows": rows, "summary": summary}))
+    print("saved", common.save(FLAGS.name, {"matmul_gflops": peak, "rows": rows, "summary": summary}))
 
 
 if __name__ == "__main__":

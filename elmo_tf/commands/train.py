@@ -61,8 +61,11 @@ flags.DEFINE_float("state_reset_prob", 0.01, "Before each window, zero each row'
                    "probability (per direction), so the biLM also learns to run from the zero state the exported module "
                    "starts every sentence from; 0: the original's recipe exactly (docs/TRAINING.md).")
 check_float("state_reset_prob", 0, 1)
+flags.DEFINE_integer("health_every", 1000, "Steps between zero-state health checks: a checkpoint is checked when at "
+                     "least this many steps passed since the last checked one; the last checkpoint always is.",
+                     lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("health_lines", 256, "Lines of the health sample (the held-out corpus's first lines, else the "
-                     "training corpus's) checked at every checkpoint, per direction, from a zero state sentence by "
+                     "training corpus's) checked at those checkpoints, per direction, from a zero state sentence by "
                      "sentence and from the carried state; 0: no check.", lower_bound=0, upper_bound=INT32_MAX)
 flags.DEFINE_float("health_max_ratio", 2.0, "A checkpoint is healthy when, per direction, its zero-state perplexity is "
                    "at most this many times the carried-state one, and the directions are within this factor.")
@@ -155,7 +158,7 @@ def _train() -> dict:
         learning_rate=FLAGS.learning_rate, scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps, seed=FLAGS.seed,
         max_steps=600 if default_run else FLAGS.max_steps, n_epochs=FLAGS.n_epochs,
         checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every, keep_checkpoints=FLAGS.keep_checkpoints,
-        state_reset_prob=FLAGS.state_reset_prob, health_lines=FLAGS.health_lines,
+        state_reset_prob=FLAGS.state_reset_prob, health_every=FLAGS.health_every, health_lines=FLAGS.health_lines,
         health_max_ratio=FLAGS.health_max_ratio)
     try:
         strategy = training.make_strategy(FLAGS.num_gpus)

@@ -36,7 +36,10 @@ class TrainConfig:
         the zero state the exported module starts every sentence from (docs/TRAINING.md, "Zero-state
         collapse"). The draws are stateless functions of (seed, step, row). 0: the original's recipe, the
         state carried and never reset.
-      health_lines: lines of the health sample checked at every checkpoint: per direction, full-softmax
+      health_every: steps between health checks: a checkpoint is checked when at least this many steps passed
+        since the last checked one, and a run's last checkpoint always is (1: every checkpoint). A check of
+        256 lines costs about as much as 30-40 training steps of the `small` preset.
+      health_lines: lines of the health sample checked at those checkpoints: per direction, full-softmax
         perplexity from a zero state sentence by sentence (as the module runs) and from the carried state
         (`elmo_tf/training/health.py`). 0: no check.
       health_max_ratio: a checkpoint is healthy when, per direction, the zero-state figure is at most this
@@ -59,11 +62,13 @@ class TrainConfig:
     log_every: int = 20
     eval_every: int = 0
     state_reset_prob: float = 0.01
+    health_every: int = 1000
     health_lines: int = 256
     health_max_ratio: float = 2.0
 
     def __post_init__(self):
-        positive = ("batch_size", "unroll_steps", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every")
+        positive = ("batch_size", "unroll_steps", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every",
+                    "health_every")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

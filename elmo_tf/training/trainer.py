@@ -385,9 +385,10 @@ class Trainer:
                 self.warm_start(init_from)
             if chief:
                 self._write_run_files()
-        sample = None
+        sample, last_checked = None, 0
         if chief and tc.health_lines:  # the held-out corpus's first lines, else the training corpus's
             sample = health.write_sample(self.save_dir, heldout_pattern or train_pattern, tc.health_lines)
+            last_checked = max(health.read_records(ckpt_dir), default=0)
         writer = tf.summary.create_file_writer(os.path.join(self.save_dir, "tensorboard")) if chief else None
 
         previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -427,7 +428,10 @@ class Trainer:
                     self._save(manager, step, last_saved)
                     last_saved = step
                     if chief:
-                        self._after_save(ckpt_dir, None if self._stop_requested else sample, writer)
+                        due = step - last_checked >= tc.health_every or step == tc.max_steps
+                        checked = sample if due and not self._stop_requested else None
+                        self._after_save(ckpt_dir, checked, writer)
+                        last_checked = step if checked else last_checked
                 if heldout_pattern and tc.eval_every and step % tc.eval_every == 0:
                     self._log_eval(heldout_pattern, step, writer)
                 if self._stop_requested:

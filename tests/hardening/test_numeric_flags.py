@@ -35,6 +35,7 @@ COMMANDS = {
         **{name: (POSITIVE, SIZE_BAD) for name in ("batch_size", "unroll_steps", "n_negative_samples", "max_steps",
                                                    "n_epochs", "min_count", "checkpoint_every", "keep_checkpoints")},
         "health_lines": (NON_NEGATIVE, ["-1", str(2**31)]),
+        "health_every": (POSITIVE, ["0", str(2**31)]),
         "state_reset_prob": ("a number in the range [0, 1]", ["-0.01", "1.5", "nan", "inf"]),
         "health_max_ratio": ("a finite number >= 1", ["0.5", "-1", "inf", "nan"]),
         "vocab_size": ("an integer in the range [3, 2147483647]", ["2", "0", "-5", str(2**31)]),

@@ -68,7 +68,7 @@ def test_every_checkpoint_is_checked_and_the_newest_healthy_one_is_kept(corpus, 
     one; the export gate refuses the newest and names step 4; a check run again from the checkpoint (no
     record) gives the recorded figures: the carried states are restored with the weights."""
     save_dir = str(tmp_path / "run")
-    tc = tiny_train_config(8, checkpoint_every=2, keep_checkpoints=1, health_lines=40)
+    tc = tiny_train_config(8, checkpoint_every=2, keep_checkpoints=1, health_lines=40, health_every=2)
     trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, save_dir)
     real_check = trainer.check_health
     measured = {}
@@ -103,6 +103,18 @@ def test_every_checkpoint_is_checked_and_the_newest_healthy_one_is_kept(corpus, 
 
 
 @pytest.mark.slow
+def test_checks_every_health_every_steps_and_the_last_checkpoint_also_after_a_resume(corpus, tmp_path):
+    """Checkpoints at 2, 4, 6, 7 with health_every=3: checked at 4 (3 steps after none) and 7 (the last); resumed to
+    10, the next check is the last one again (8 is 1 step after the recorded 7, which a resumed run reads back)."""
+    save_dir = str(tmp_path / "run")
+    for steps in (7, 10):
+        tc = tiny_train_config(steps, checkpoint_every=2, health_lines=20, health_every=3)
+        training.Trainer(tiny_config(), corpus["vocab"], tc, save_dir).train(corpus["glob"])
+        expected = [4, 7] if steps == 7 else [4, 7, 10]
+        assert sorted(health.read_records(os.path.join(save_dir, "checkpoints"))) == expected
+
+
+@pytest.mark.slow
 def test_train_and_export_refuse_an_unhealthy_checkpoint_from_the_command_line(tmp_path):
     """A real check that fails (--health_max_ratio=1: no two figures are equal): train.py trains and checkpoints but
     does not export; export.py refuses with both directions' figures, exports with --allow_unhealthy, and checks
@@ -111,7 +123,7 @@ def test_train_and_export_refuse_an_unhealthy_checkpoint_from_the_command_line(t
     save_dir, hub = tmp_path / "run", tmp_path / "hub"
     trained = run("train.py", f"--options_file={TINY}", f"--train_prefix={tmp_path / 'a.txt'}", f"--save_dir={save_dir}",
                   "--batch_size=2", "--unroll_steps=5", "--n_negative_samples=5", "--heldout_prefix=", "--max_steps=4",
-                  "--checkpoint_every=2", "--health_max_ratio=1", f"--export_dir={hub}")
+                  "--checkpoint_every=2", "--health_every=2", "--health_max_ratio=1", f"--export_dir={hub}")
     assert trained.returncode == 2, trained.stderr[-3000:]
     assert "UNHEALTHY" in trained.stderr and "Refusing to export" in trained.stderr
     assert "No checkpoint of this run is recorded as healthy" in trained.stderr
