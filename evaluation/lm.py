@@ -96,8 +96,13 @@ def prepare_corpus(train_glob: str, heldout_glob: str, out_dir: str, tokenizer: 
 
 
 def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eval_every: int, seed: int, preset: str = "small",
-             options_file: Optional[str] = None, score_heldout_files: bool = True):
+             options_file: Optional[str] = None, score_heldout_files: bool = True, init_from: Optional[str] = None,
+             learning_rate: Optional[float] = None):
     """Trains a biLM (resuming from save_dir), evaluating held-out perplexity every `eval_every` steps into curve.json.
+
+    `init_from`: continued pretraining from another training directory (the trainer's warm start; its vocab.txt is
+    used when save_dir has none); the curve then starts at the first `eval_every` step (the starting model's
+    perplexity is the caller's to measure). `learning_rate`: instead of the recipe's.
 
     Stops at `steps` or after `max_minutes` of training in this call (checkpoint kept), whichever comes first; when
     it reached `steps` and `score_heldout_files`, each whole held-out file is scored. Returns (summary dict, the
@@ -112,6 +117,8 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
     config = BiLMConfig.from_json_file(options_file) if options_file else presets.preset(preset)
     recipe = config.training
     vocab_file = os.path.join(save_dir, "vocab.txt")
+    if init_from and not os.path.exists(vocab_file):
+        shutil.copyfile(os.path.join(init_from, "vocab.txt"), vocab_file)
     if os.path.exists(vocab_file):
         vocab = Vocabulary.from_file(vocab_file)
     else:
@@ -123,6 +130,7 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
         seed=seed,
         max_steps=steps,
         checkpoint_every=max(1, min(100, eval_every)),
+        **({} if learning_rate is None else {"learning_rate": learning_rate}),
     )
     trainer = training.Trainer(config, vocab, train_config, save_dir, training.make_strategy())
     curve_path = os.path.join(save_dir, "curve.json")
@@ -138,7 +146,7 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
         write_json(curve_path, curve)
         print(f"\n  step {step}: held-out perplexity {result['perplexity']:.1f}", flush=True)
 
-    if not curve["points"]:
+    if not curve["points"] and not init_from:
         evaluate(0)
 
     def on_step(step: int, metrics: dict) -> None:
@@ -150,9 +158,9 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
             print(f"\n  time budget of {max_minutes} min reached at step {step}: stopping (checkpoint saved)", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)  # the Trainer's own graceful stop: checkpoint, then return
 
-    summary = trainer.train(corpus["train_glob"], None, on_step=on_step)
+    summary = trainer.train(corpus["train_glob"], None, on_step=on_step, init_from=init_from)
     step = int(summary["step"])
-    if curve["points"][-1]["step"] != step:
+    if not curve["points"] or curve["points"][-1]["step"] != step:
         evaluate(step)
     final = curve["points"][-1]
     full = {}
@@ -199,3 +207,43 @@ def train_word2vec(corpus_glob: str, out_dir: str, *, dim: int, epochs: int, win
         f.write("".join(w + "\n" for w in words))
     return {"vocab_size": len(words), "dim": dim, "epochs": epochs, "sentences": len(sentences),
             "tokens": sum(len(s) for s in sentences)}
+
+
+def task_corpus(train_tsv: str, dev_tsv: str, out_dir: str, tokenizer: str) -> dict:
+    """A task's unlabelled texts as an LM corpus: the training texts (one per line, re-split with `tokenizer` as the
+    module will) for continued pretraining, the dev texts for held-out perplexity. Labels are not read."""
+    from elmo_tf.downstream.data import read_labelled_tsv
+
+    out = {"tokenizer": tokenizer}
+    for split, tsv in (("train", train_tsv), ("heldout", dev_tsv)):
+        _, texts = read_labelled_tsv(tsv)
+        folder = os.path.join(out_dir, split)
+        os.makedirs(folder, exist_ok=True)
+        raw = os.path.join(out_dir, f"{split}_raw.txt")
+        atomic_write(raw, "".join(t.replace("\n", " ") + "\n" for t in texts))
+        out[f"{split}_lines"] = tokenize_file(raw, os.path.join(folder, "texts.txt"), tokenizer)
+        out[f"{split}_glob"] = os.path.join(folder, "*")
+    out["heldout_file"] = os.path.join(out_dir, "heldout", "texts.txt")
+    return out
+
+
+def module_protocol_perplexity(save_dir: str, path: str) -> dict:
+    """Held-out perplexity of the latest checkpoint of `save_dir` on `path` as an exported module runs it: every
+    sentence from a zero state in a row of its own (both directions and their mean)."""
+    from elmo_tf.training.trainer import restore_trainer
+
+    r = restore_trainer(save_dir).evaluate(path, sentence_by_sentence=True)
+    return {k: float(r[k]) for k in ("perplexity", "perplexity_forward", "perplexity_backward")} | {"tokens": int(r["tokens"])}
+
+
+def adapt_lm(general_dir: str, corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eval_every: int, seed: int,
+             learning_rate: Optional[float] = None):
+    """Domain adaptation as in the ELMo paper: the biLM of `general_dir` trained on for `steps` more steps on a task's
+    unlabelled training texts (`task_corpus`), its vocabulary kept. Returns (summary with the dev perplexity before
+    and after, module protocol; the adapted `BiLM`)."""
+    before = module_protocol_perplexity(general_dir, corpus["heldout_file"])
+    summary, bilm = train_lm(corpus, save_dir, steps=steps, max_minutes=max_minutes, eval_every=eval_every, seed=seed,
+                             score_heldout_files=False, init_from=general_dir, learning_rate=learning_rate)
+    if summary["complete"]:
+        summary.update(dev_before=before, dev_after=module_protocol_perplexity(save_dir, corpus["heldout_file"]))
+    return summary, bilm

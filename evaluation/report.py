@@ -15,20 +15,30 @@ VARIANT_LABELS = {
     "d_finetune_ulmfit": "(d) fine-tuned, ULMFiT",
     "e_word2vec": "(e) word2vec",
     "f_tfidf": "(f) TF-IDF + logistic regression",
+    "g_task": "(g) task model, word2vec only",
+    "h_task_elmo": "(h) task model + ELMo (general biLM)",
+    "i_task_elmo_adapted": "(i) task model + ELMo (domain-adapted biLM)",
+    "j_task_elmo_random": "(j) task model + random-weight biLM",
 }
+# The paper's comparison: the task model with ELMo against the same model without it (and what a random biLM gives).
+GAINS = (("h_task_elmo", "g_task"), ("i_task_elmo_adapted", "g_task"), ("j_task_elmo_random", "g_task"),
+         ("i_task_elmo_adapted", "h_task_elmo"))
 
 FRAMING = """\
 This page is written by `evaluate.py` (`bash evaluate.sh`); only this paragraph is fixed text. It
-repeats the ELMo paper's ablations at small scale on a 2-core CPU: two `small` biLMs (English words,
+uses ELMo the way the paper does, at small scale on a 2-core CPU: two `small` biLMs (English words,
 Chinese characters) trained for the steps of the original bilm-tf's 40-minute reference run, with the
-trainer that follows it step for step (docs/TRAINING.md), instead of a 4096-unit model trained for weeks, and sentence
-classifiers trained on 100 to all of a task's training examples, against word2vec on the same corpus
-and a TF-IDF + logistic-regression baseline. Differences are reported pair by pair (same examples,
-same seed) with their spread; where the spread covers a difference, the page says so."""
+trainer that follows it step for step (docs/TRAINING.md), instead of a 4096-unit model trained for weeks; each
+then trained on on its task's unlabelled training texts (domain adaptation); a task model (word2vec → BiLSTM →
+pooling → dense) trained on 100 to all of a task's training examples with and without ELMo added to its input,
+and with a random-weight biLM in ELMo's place. Reference rows: ELMo's scalar mix mean-pooled into a small
+classifier (c), word2vec alone (e) and TF-IDF + logistic regression (f). Differences are reported pair by pair
+(same examples, same seed) with their 95 % intervals; where the interval covers 0, the page says so."""
 
 
+MIXED = ("c_mix", "d_finetune_plain", "d_finetune_ulmfit", "h_task_elmo", "i_task_elmo_adapted", "j_task_elmo_random")
 SIZE_ORDER = lambda name: float("inf") if name == "all" else int(name)  # noqa: E731
-ELMO_VARIANTS = ("a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit")
+ELMO_VARIANTS = ("a_layer0", "b_top", "c_mix", "d_finetune_plain", "d_finetune_ulmfit", "h_task_elmo", "i_task_elmo_adapted")
 
 
 def summarize(classifier_dir: str, tasks: list[str], variants: list[str]) -> dict:
@@ -53,7 +63,7 @@ def summarize(classifier_dir: str, tasks: list[str], variants: list[str]) -> dic
                     "dev_accuracy_mean": float(acc.mean()),
                     "dev_accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
                     "dev_accuracy_per_seed": {str(m["seed"]): float(m["dev_accuracy"]) for _, m in runs},
-                    "model_dirs": [os.path.join(task, variant, size_dir, name) for name, _ in runs],
+                    "model_dirs": {str(m["seed"]): os.path.join(task, variant, size_dir, name) for name, m in runs},
                     "mix_weights_mean": [float(w) for w in np.mean(mix, axis=0)] if mix else [],
                     "train_examples": runs[0][1]["train_examples"],
                     "dev_examples": runs[0][1]["dev_examples"],
@@ -103,7 +113,7 @@ def comparisons(summary: dict) -> dict:
         out[task] = {}
         for size in sizes:
             best = best_elmo(rows, size)
-            pairs = [("c_mix", "a_layer0"), ("c_mix", "b_top")]
+            pairs = [("c_mix", "a_layer0"), ("c_mix", "b_top")] + list(GAINS)
             if best:
                 pairs += [(best, "e_word2vec"), (best, "f_tfidf")]
             out[task][size] = {"best_elmo": best, "pairs": [p for p in (paired(rows, f, s, size) for f, s in pairs) if p]}
@@ -183,12 +193,40 @@ def plot_learning_curves(rows: dict, task: str, path: str) -> None:
     plt.close(fig)
 
 
+def plot_gains(comps: dict, rows: dict, task: str, path: str) -> None:
+    """The paper's Figure 1 at our scale: the task model's dev accuracy with ELMo minus without it, against training
+    examples (log scale), mean over seeds with the 95 % t-interval of the paired differences."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, (first, second) in enumerate(p for p in GAINS if p[1] == "g_task"):
+        pts = [(rows[first][size]["train_examples"], p) for size, c in comps.items() for p in c["pairs"]
+               if p["first"] == first and p["second"] == second]
+        if not pts:
+            continue
+        xs = np.array([n for n, _ in pts]) * (1 + 0.04 * (i - 1))  # side by side
+        means = np.array([100 * p["diff_mean"] for _, p in pts])
+        lo = means - np.array([100 * p["ci95"][0] for _, p in pts])
+        hi = np.array([100 * p["ci95"][1] for _, p in pts]) - means
+        label = f"{VARIANT_LABELS[first][:3]} − {VARIANT_LABELS[second][:3]}: {VARIANT_LABELS[first][4:]}"
+        ax.errorbar(xs, means, yerr=[lo, hi], fmt="o-", ms=4, capsize=3, color=f"C{i}", label=label)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("training examples")
+    ax.set_ylabel("dev accuracy gain over (g) (points)")
+    ax.set_title(f"{task}: what ELMo adds to the task model (mean, 95 % interval over paired seeds)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_mix_weights(summary: dict, path: str) -> None:
     """The learned scalar-mix weights (mean over seeds) at each task's largest training size."""
     plt = _plt()
     fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.4), squeeze=False)
     for ax, (task, rows) in zip(axes[0], summary.items()):
-        learned = [v for v in ("c_mix", "d_finetune_plain", "d_finetune_ulmfit") if v in rows]
+        learned = [v for v in MIXED if v in rows and rows[v][max(rows[v], key=SIZE_ORDER)]["mix_weights_mean"]]
         width = 0.8 / max(1, len(learned))
         n = 0
         for i, v in enumerate(learned):
@@ -262,6 +300,37 @@ def headline(task: str, rows: dict, comps: dict) -> list[str]:
     return lines
 
 
+def _interval(p: dict) -> str:
+    return f"{_pp(p['diff_mean'])} points, 95 % interval {_pp(p['ci95'][0])} to {_pp(p['ci95'][1])}"
+
+
+def gain_lines(task: str, rows: dict, comps: dict) -> list[str]:
+    """Per size, in words: what ELMo adds to the task model ((h) and (i) against (g)), what a random biLM adds ((j)),
+    and whether the best ELMo model beats TF-IDF."""
+    lines = []
+    for size, c in comps.items():
+        found = {(p["first"], p["second"]): p for p in c["pairs"]}
+        parts = []
+        for first, second in GAINS:
+            p = found.get((first, second))
+            if p is None:
+                continue
+            if p["verdict"] == "no difference":
+                word = "no difference from"
+            else:
+                word = "beats" if p["diff_mean"] > 0 else "trails"
+            parts.append(f"{VARIANT_LABELS[first][:3]} {word} {VARIANT_LABELS[second][:3]} ({_interval(p)})")
+        best = c["best_elmo"]
+        p = found.get((best, "f_tfidf")) if best else None
+        if p is not None:
+            word = "no difference from" if p["verdict"] == "no difference" else ("beats" if p["diff_mean"] > 0 else "trails")
+            parts.append(f"the best ELMo model, {VARIANT_LABELS[best]}, {word} (f) TF-IDF ({_interval(p)})")
+        if parts:
+            n = next(r[size]["train_examples"] for r in rows.values() if size in r)
+            lines.append(f"* `{task}`, {n:,} examples: " + "; ".join(parts) + ".")
+    return lines
+
+
 def write_markdown(path: str, results: dict, images: dict) -> None:
     s = results["setup"]
     lm = results["lm"]
@@ -293,7 +362,18 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
                  f"{w2v['en']['epochs']} epochs | {w2v['zh']['vocab_size']:,} tokens × {w2v['zh']['dim']}, {w2v['zh']['epochs']} epochs |")
     for task, rows in results["tasks"].items():
         largest = max((r for v in rows.values() for r in v.values()), key=lambda r: r["train_examples"])
-        lines.append(f"| task `{task}` | up to {largest['train_examples']:,} training / {largest['dev_examples']:,} dev examples | |")
+        cells = ["", ""]
+        cells[0 if task.startswith("en") else 1] = f"up to {largest['train_examples']:,} training / {largest['dev_examples']:,} dev examples"
+        lines.append(f"| task `{task}` | {cells[0]} | {cells[1]} |")
+    for task, a in results.get("adaptation", {}).items():
+        cells = ["", ""]
+        before, after = a["dev_before"], a["dev_after"]
+        cells[0 if task.startswith("en") else 1] = (
+            f"{a['steps']:,} steps ({a['tokens_seen']:,} tokens, {a['minutes']:.0f} min) on {a['train_lines']:,} training texts; "
+            f"dev perplexity {before['perplexity']:.1f} → {after['perplexity']:.1f} (forward {before['perplexity_forward']:.1f} → "
+            f"{after['perplexity_forward']:.1f}, backward {before['perplexity_backward']:.1f} → {after['perplexity_backward']:.1f}; "
+            f"{after['tokens']:,} tokens)")
+        lines.append(f"| biLM adapted to `{task}` (continued pretraining) | {cells[0]} | {cells[1]} |")
     b = s["budget"]
     lines += ["", f"Classifiers (a)-(c), (e): mean of each layer over the sentence's tokens, standardised per layer and dimension "
               f"with the training examples' statistics, scalar mix, dropout {b['dropout']}, dense {b['hidden']} ReLU, softmax; "
@@ -307,8 +387,28 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
               f"{b['max_tokens_en']} (English) / {b['max_tokens_zh']} (Chinese) tokens. Seeds {s['seeds']}: a seed fixes the "
               "training subset of each size (the same for every variant) and the classifier's initialisation, dropout and batch "
               f"order; (d) ran at sizes {s['ft_sizes']} with seeds {s['ft_seeds']}.", ""]
+    tm = s.get("task_model")
+    if tm:
+        lines += [f"Task model (g)-(j) (`elmo_tf/downstream/task_model.py`): word2vec vectors (frozen) → BiLSTM ({tm['hidden']} "
+                  f"units per direction) → max and mean pooling → dropout {tm['dropout']} → dense {tm['dense']} ReLU → softmax, "
+                  f"dropout {tm['dropout']} also on its input; (h)-(j) concatenate ELMo = gamma · Σ softmax(s)_j h_j of the "
+                  f"frozen biLM's {s['num_layers']} layers to the word vectors (dropout {tm['elmo_dropout']} on ELMo, "
+                  f"{tm['mix_l2']} · Σ s_j² added to the loss{'; also at the BiLSTM output' if tm['elmo_at_output'] else ''}). "
+                  f"Adam {tm['learning_rate']:g}, batch {b['batch_size']}, gradient norm clipped to 5, {tm['epochs']} epochs but at least "
+                  f"{tm['min_steps']} and at most about {tm['max_steps']} updates; pooling {tm['pooling']}. Features computed once "
+                  "per biLM through the module's `tokens` signature on the same tokens as the word vectors. (i): the biLM of (h) "
+                  "trained on on the task's unlabelled training texts (set-up table); (j): a biLM of the same shape with the "
+                  "initial random weights training starts from.", ""]
     tasks = list(results["tasks"])
     lines += ["## What the run shows", ""]
+    gains = [l for task in tasks for l in gain_lines(task, results["tasks"][task], results["comparisons"][task])]
+    if gains:
+        lines += ["What ELMo adds to the task model (paired over seeds; \"beats\" / \"trails\" only where the 95 % interval "
+                  "excludes 0):", ""] + gains + [""]
+        for task in tasks:
+            if f"gains_{task}" in images:
+                lines += [f"![gains {task}]({images['gains_' + task]})", ""]
+        lines += ["The reference rows (the best ELMo variant against word2vec and TF-IDF):", ""]
     for task in tasks:
         lines += headline(task, results["tasks"][task], results["comparisons"][task])
     lines.append("")
@@ -354,7 +454,7 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
               "| task | variant | " + " | ".join(["layer 0"] + [f"LSTM {l}" for l in range(1, s["num_layers"])]) + " |",
               "|---|---|" + "---|" * s["num_layers"]]
     for t in tasks:
-        for v in ("c_mix", "d_finetune_plain", "d_finetune_ulmfit"):
+        for v in MIXED:
             if v in results["tasks"][t]:
                 size = max(results["tasks"][t][v], key=SIZE_ORDER)
                 w = results["tasks"][t][v][size]["mix_weights_mean"]

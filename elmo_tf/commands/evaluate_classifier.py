@@ -1,4 +1,5 @@
-"""Scores a saved sentence classifier (from evaluate.py) on a labelled TSV file.
+"""Scores a saved sentence classifier (from evaluate.py: pooled ELMo or word2vec features, a task model with or
+without ELMo, or TF-IDF + logistic regression) on a labelled TSV file.
 
     python -m elmo_tf.evaluate_classifier --model_dir=runs/eval/classifiers/en_movie/c_mix/seed0 --data=test.tsv
 
@@ -33,13 +34,14 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS.model_dir or not FLAGS.data:
         raise app.UsageError("Give --model_dir and --data.")
-    from elmo_tf.downstream import classifier
+    from elmo_tf.downstream import data, saved
+    from elmo_tf.errors import ClassifierError
 
     try:
-        labels, texts = classifier.read_labelled_tsv(FLAGS.data)
-        clf = classifier.load(FLAGS.model_dir)
+        labels, texts = data.read_labelled_tsv(FLAGS.data)
+        clf = saved.load(FLAGS.model_dir)
         result = clf.accuracy(texts, labels, FLAGS.batch_size)
-    except classifier.ClassifierError as e:
+    except ClassifierError as e:
         print(f"evaluate_classifier: {e}", file=sys.stderr)
         sys.exit(2)
     result.update(model_dir=os.path.abspath(FLAGS.model_dir), data=os.path.abspath(FLAGS.data),

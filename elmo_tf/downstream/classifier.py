@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from elmo_tf.text import char_ids
+from elmo_tf.downstream.data import label_ids, module_info, read_labelled_tsv, read_word_vectors  # noqa: F401  (read_labelled_tsv: part of this module's API)
 from elmo_tf.downstream.finetune import FineTuneConfig, FineTuner, bilm_variable_groups
 from elmo_tf.errors import ClassifierError
 from elmo_tf.utils.batching import length_batches
@@ -56,38 +57,6 @@ def keras():
     return tf_keras
 
 
-# -- data -----------------------------------------------------------------------------------------
-def read_labelled_tsv(path: str) -> tuple[np.ndarray, list[str]]:
-    """Reads a TSV with a header naming a `label` and a `text` column (e.g. `label<TAB>text` or
-    `label<TAB>valence<TAB>text`). Labels must be integers. Returns (labels int64 [N], texts)."""
-    if not os.path.isfile(path):
-        raise ClassifierError(f"Data file {path!r} does not exist.")
-    with open(path, encoding="utf-8") as f:
-        header = f.readline().rstrip("\n").split("\t")
-        if "label" not in header or "text" not in header:
-            raise ClassifierError(
-                f"{path}: the first line must be a header naming the columns `label` and `text` (tab-separated, e.g. "
-                f"'label<TAB>text' or 'label<TAB>valence<TAB>text'); found {header!r}."
-            )
-        li, ti = header.index("label"), header.index("text")
-        labels, texts = [], []
-        for n, line in enumerate(f, start=2):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if len(fields) != len(header):
-                raise ClassifierError(f"{path}:{n}: expected {len(header)} tab-separated fields ({header}); found {len(fields)}.")
-            try:
-                labels.append(int(fields[li]))
-            except ValueError:
-                raise ClassifierError(f"{path}:{n}: the label must be an integer; found {fields[li]!r}.") from None
-            texts.append(fields[ti])
-    if not texts:
-        raise ClassifierError(f"{path} holds a header but no examples.")
-    return np.asarray(labels, np.int64), texts
-
-
 def truncate(texts: Sequence[str], tokenizer: str, max_tokens: int) -> tuple[list[str], np.ndarray]:
     """Keeps each text's first `max_tokens` tokens (as the module's tokenizer splits them), joined by spaces.
 
@@ -99,15 +68,6 @@ def truncate(texts: Sequence[str], tokenizer: str, max_tokens: int) -> tuple[lis
 
 
 # -- encoders -------------------------------------------------------------------------------------
-def module_info(module_path: str) -> dict[str, Any]:
-    """Reads an exported module's options (number of LSTM layers) from its assets."""
-    options = os.path.join(module_path, "assets", "options.json")
-    if not os.path.isfile(options):
-        raise ClassifierError(f"{module_path!r} is not an elmo_tf module export (no assets/options.json).")
-    with open(options) as f:
-        return {"n_lstm_layers": int(json.load(f)["lstm"]["n_layers"])}
-
-
 def make_elmo_pooled(module_path: str, trainable: bool = False):
     """An encoder layer: text [B] -> per-layer mean vectors [B, L + 1, 2P] through `hub.KerasLayer`."""
     import tensorflow_hub as hub
@@ -227,12 +187,7 @@ class Classifier:
                 raise ClassifierError(f"The ELMo module of this classifier is missing: {path!r} (from {enc['path']!r}).")
             self.encoder = make_elmo_pooled(path, trainable=trainable_encoder)
         elif enc["type"] == "static":
-            vocab_file, vectors_file = os.path.join(path, "vocab.txt"), os.path.join(path, "vectors.npy")
-            if not (os.path.isfile(vocab_file) and os.path.isfile(vectors_file)):
-                raise ClassifierError(f"The word vectors of this classifier are missing: {path!r} needs vocab.txt and vectors.npy.")
-            with open(vocab_file, encoding="utf-8") as f:
-                vocab = f.read().split("\n")[:-1]
-            self.encoder = make_static_pooled(vocab, np.load(vectors_file), config["tokenizer"])
+            self.encoder = make_static_pooled(*read_word_vectors(path), config["tokenizer"])
         else:
             raise ClassifierError(f"Unknown encoder type {enc['type']!r} in {CONFIG_NAME}.")
         h = config["head"]
@@ -291,11 +246,7 @@ class Classifier:
         return self._head_fn(tf.constant(self.encode(prepared, batch_size, label))).numpy()
 
     def label_ids(self, labels: np.ndarray) -> np.ndarray:
-        known = {l: i for i, l in enumerate(self.config["labels"])}
-        bad = sorted(set(labels.tolist()) - set(known))
-        if bad:
-            raise ClassifierError(f"Labels {bad[:5]} are not among this classifier's labels {self.config['labels']}.")
-        return np.array([known[l] for l in labels.tolist()], np.int64)
+        return label_ids(labels, self.config["labels"])
 
     def accuracy(self, texts: Sequence[str], labels: np.ndarray, batch_size: int = 64) -> dict[str, Any]:
         probs = self.predict(texts, batch_size)

@@ -172,10 +172,13 @@ def trained(tmp_path_factory):
         (root / f"{split}.tsv").write_text("label\tvalence\ttext\n" + "".join(f"{l}\t0.0\t{t}\n" for l, t in _sentences(n, seed)))
     spec = {
         "task": "toy", "out_dir": str(root / "classifiers"), "train": str(root / "train.tsv"), "dev": str(root / "dev.tsv"),
-        "module": module, "word2vec": str(w2v), "tokenizer": "whitespace",
+        "module": module, "word2vec": str(w2v), "tokenizer": "whitespace", "threads": 1,
         "seeds": [0, 1], "sizes": [20, 0], "ft_sizes": [0], "ft_seeds": [0],
         # d_finetune_plain runs the same code as d_finetune_ulmfit with another FineTuneConfig (checked above).
-        "variants": ["a_layer0", "b_top", "c_mix", "d_finetune_ulmfit", "e_word2vec", "f_tfidf"],
+        # (i) and (j) are (h) on other modules (the adapted and the random biLM): the same code.
+        "variants": ["a_layer0", "b_top", "c_mix", "d_finetune_ulmfit", "e_word2vec", "f_tfidf", "g_task", "h_task_elmo"],
+        "task_model": {"hidden": 4, "dense": 4, "dropout": 0.1, "elmo_dropout": 0.2, "mix_l2": 0.001, "pooling": "max_mean",
+                       "elmo_at_output": False, "learning_rate": 0.01, "epochs": 2, "min_steps": 4, "max_steps": 5},
         "budget": {"dev_examples": 0, "max_tokens": 6, "batch_size": 8, "hidden": 8, "dropout": 0.1, "head_epochs": 3,
                    "min_head_steps": 4, "max_head_steps": 10, "head_learning_rate": 0.01, "ft_epochs": 1, "ft_learning_rates": [0.001, 0.0001]},
     }
@@ -372,6 +375,30 @@ def test_evaluate_classifier_errors(trained, tmp_path):
         read_labelled_tsv(str(bad))
     proc = _evaluate_cli(tmp_path, root / "dev.tsv")  # not a classifier folder
     assert proc.returncode == 2 and "classifier.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("variant", ["g_task", "h_task_elmo", "f_tfidf"])
+def test_task_models_and_tfidf_are_saved_and_score_as_recorded(trained, variant):
+    """Every classifier the report scores is saved; `python -m elmo_tf.evaluate_classifier` gives from the raw dev texts
+    the accuracy the pipeline recorded from its cached features."""
+    root, _ = trained
+    metrics = _metrics(root, variant)
+    assert metrics["variant"] == variant and metrics["train_examples"] == 40 and metrics["dev_examples"] == 24
+    if variant == "h_task_elmo":
+        assert len(metrics["mix_weights"]) == 3 and sum(metrics["mix_weights"]) == pytest.approx(1.0)
+        assert metrics["gamma"] is not None
+    elif variant == "g_task":
+        assert metrics["mix_weights"] == [] and metrics["gamma"] is None
+    # About 5 updates at most, in whole epochs: 40 examples in batches of 8 are 5 per epoch, so one epoch; 20 examples are
+    # 3 per epoch, so 2 epochs (the budget's 2, and at least 4 updates).
+    if variant != "f_tfidf":
+        assert len(metrics["loss_per_epoch"]) == 1
+        assert len(json.loads((root / "classifiers" / variant / "n20" / "seed1" / "metrics.json").read_text())["loss_per_epoch"]) == 2
+    proc = _evaluate_cli(root / "classifiers" / variant / "nall" / "seed0", root / "classifiers" / "dev_used.tsv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["variant"] == variant and result["n"] == 24
+    assert result["accuracy"] == pytest.approx(metrics["dev_accuracy"])
 
 
 def test_bilm_variable_groups_of_a_module(trained):
