@@ -356,17 +356,57 @@ def subset(features: Features, idx: np.ndarray) -> Features:
 class TaskClassifier:
     """A task model with what it needs to run from text: word vectors, the module (with ELMo), tokenizer, cut.
 
-    `config` is the dict saved as classifier.json: `word_vectors` and `module` (None without ELMo) are paths
-    relative to `base_dir`; `model` is a `TaskModelConfig` as a dict; `labels` the classes' labels.
+    From Python: `TaskClassifier.create(word_vectors, module, ...)`, then `train(texts, labels)`, `predict(texts)`,
+    `save(folder)`; `load(folder)` brings a saved one back. `config` is the dict saved as classifier.json:
+    `word_vectors` and `module` (None without ELMo) are paths relative to `base_dir`; `model` is a
+    `TaskModelConfig` as a dict; `labels` the classes' labels.
     """
 
-    def __init__(self, config: dict[str, Any], base_dir: str):
+    def __init__(self, config: dict[str, Any], base_dir: str, features: Optional[TokenFeatures] = None):
         self.config = config
         path = lambda rel: None if rel is None else os.path.normpath(os.path.join(base_dir, rel))  # noqa: E731
-        self.features = TokenFeatures(path(config["word_vectors"]), path(config.get("module")), config["tokenizer"],
-                                      int(config["max_tokens"]))
+        self.paths = {"word_vectors": path(config["word_vectors"]), "module": path(config.get("module"))}
+        self.features = features or TokenFeatures(self.paths["word_vectors"], self.paths["module"], config["tokenizer"],
+                                                  int(config["max_tokens"]))
         self.model = TaskModel(TaskModelConfig(**config["model"]))
         self.model.build_on_dummy()
+
+    @classmethod
+    def create(cls, word_vectors: str, module: Optional[str], *, tokenizer: str, max_tokens: int,
+               labels: Sequence[int] = (0, 1), seed: int = 0, **model: Any) -> "TaskClassifier":
+        """A new, untrained classifier over `word_vectors` (a folder with vocab.txt and vectors.npy, e.g. word2vec) and,
+        unless `module` is None, ELMo from that exported module. `model` takes `TaskModelConfig`'s settings (hidden,
+        dense, dropout, elmo_dropout, mix_l2, pooling, elmo_at_output); its sizes come from the vectors and module.
+        `seed` fixes the initial weights (and Keras's global seed, which drives dropout)."""
+        fixed = {"word_dim", "elmo_layers", "elmo_dim", "n_classes"}
+        settable = [f.name for f in dataclasses.fields(TaskModelConfig) if f.name not in fixed]
+        unknown = sorted(set(model) - set(settable))
+        if unknown:
+            raise ClassifierError(f"Unknown task model setting(s) {unknown}; the settings are {settable}.")
+        if len(set(labels)) < 2 or len(set(labels)) != len(labels):
+            raise ClassifierError(f"labels must be at least two different labels (found {list(labels)}).")
+        word_vectors = os.path.abspath(word_vectors)
+        module = None if module is None else os.path.abspath(module)
+        features = TokenFeatures(word_vectors, module, tokenizer, max_tokens)
+        config = TaskModelConfig(word_dim=features.word_dim, elmo_layers=features.num_layers if module else 0,
+                                 elmo_dim=features.elmo_dim if module else 0, n_classes=len(labels), **model)
+        keras.utils.set_random_seed(seed)
+        return cls(cls.make_config(word_vectors, module, config, tokenizer=tokenizer, max_tokens=max_tokens, labels=labels),
+                   os.sep, features)
+
+    def train(self, texts: Sequence[str], labels: Sequence[int], *, epochs: int = 10, batch_size: int = 32,
+              learning_rate: float = 1e-3, seed: int = 0) -> list[float]:
+        """Trains the model (from its current weights) on `texts` with `labels` (among the classifier's labels):
+        features computed once, then `epochs` passes of Adam. Returns the mean loss per epoch."""
+        if len(texts) != len(labels):
+            raise ClassifierError(f"{len(texts)} texts but {len(labels)} labels.")
+        if epochs < 1 or batch_size < 1 or not learning_rate > 0:
+            raise ClassifierError(f"epochs and batch_size must be >= 1 and learning_rate > 0 (found {epochs}, {batch_size}, "
+                                  f"{learning_rate}).")
+        y = label_ids(np.asarray(labels), self.config["labels"])
+        features = self.features.compute(texts, batch_size * 2)
+        return fit(self.model, features, self.features.vectors, y, epochs=epochs, batch_size=batch_size,
+                   learning_rate=learning_rate, seed=seed)
 
     @staticmethod
     def make_config(word_vectors_rel: str, module_rel: Optional[str], model: TaskModelConfig, *, tokenizer: str,
@@ -384,8 +424,11 @@ class TaskClassifier:
         return {"accuracy": correct / len(texts), "n": len(texts), "correct": correct}
 
     def save(self, model_dir: str, metrics: Optional[dict[str, Any]] = None) -> None:
-        """Writes classifier.json, the model's weights and (optionally) metrics.json to `model_dir`, all or nothing."""
-        save_task_model(self.model, self.config, model_dir, metrics)
+        """Writes classifier.json, the model's weights and (optionally) metrics.json to `model_dir`, all or nothing.
+        The word vectors and the module are not copied: classifier.json names them relative to `model_dir`."""
+        rel = lambda p: None if p is None else os.path.relpath(p, os.path.abspath(model_dir))  # noqa: E731
+        config = dict(self.config, word_vectors=rel(self.paths["word_vectors"]), module=rel(self.paths["module"]))
+        save_task_model(self.model, config, model_dir, metrics)
 
 
 def save_task_model(model: TaskModel, config: dict[str, Any], model_dir: str, metrics: Optional[dict[str, Any]] = None) -> None:

@@ -58,7 +58,8 @@ class TfidfClassifier:
         vectorizer = _vectorizer()
         x = vectorizer.fit_transform(list(texts))
         folds = int(min(5, np.bincount(y).min()))
-        model = LogisticRegressionCV(Cs=list(C_GRID), cv=max(2, folds), max_iter=2000, random_state=seed)
+        model = LogisticRegressionCV(Cs=list(C_GRID), cv=max(2, folds), max_iter=2000, random_state=seed,
+                                     scoring="accuracy")  # (named: scikit-learn 1.11 changes the default)
         model.fit(x, y)
         config = {"format": FORMAT, "labels": classes, "C": float(model.C_[0]), "features": int(x.shape[1]), **(info or {})}
         return cls(config, vectorizer, model)

@@ -215,6 +215,39 @@ def test_saved_task_model_gives_from_text_what_was_scored(module, tmp_path):
         saved.load(str(target))
 
 
+def test_create_train_save_load_from_python(module, tmp_path):
+    """The documented workflow (docs/FINETUNING.md): create, train, save, load elsewhere, predict; the same numbers as the
+    pieces below it (features, fit, predict_proba) give."""
+    _word_vectors(tmp_path / "w2v", ["good", "bad", "film", "the"])
+    texts = ["the film was good", "bad film", "good good film", "the bad", "film"] * 4
+    labels = [1, 0, 1, 0, 1] * 4
+    clf = TM.TaskClassifier.create(str(tmp_path / "w2v"), module, tokenizer="whitespace", max_tokens=5, labels=[0, 1],
+                                   seed=3, hidden=4, dense=4, pooling="attention")
+    assert clf.model.config.elmo_layers == 3 and clf.model.config.word_dim == 5 and clf.model.config.pooling == "attention"
+    keras.utils.set_random_seed(3)
+    twin = TM.TaskModel(clf.model.config)  # what the seed gives: the same initial weights
+    twin.build_on_dummy()
+    for a, b in zip(clf.model.weights, twin.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    losses = clf.train(texts, labels, epochs=2, batch_size=4, learning_rate=0.01, seed=0)
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    expected = TM.predict_proba(clf.model, clf.features.compute(texts), clf.features.vectors)
+    np.testing.assert_allclose(clf.predict(texts), expected, rtol=1e-6)
+    clf.save(str(tmp_path / "out" / "clf"))
+    saved_config = json.loads((tmp_path / "out" / "clf" / "classifier.json").read_text())
+    assert saved_config["word_vectors"] == os.path.join("..", "..", "w2v")  # relative to the classifier's folder
+    loaded = saved.load(str(tmp_path / "out" / "clf"))
+    np.testing.assert_allclose(loaded.predict(texts), expected, rtol=1e-5, atol=1e-6)
+    words_only = TM.TaskClassifier.create(str(tmp_path / "w2v"), None, tokenizer="whitespace", max_tokens=5, hidden=4)
+    assert words_only.model.config.elmo_layers == 0 and words_only.model.mix_weights() == []
+    with pytest.raises(ClassifierError, match=r"Unknown task model setting\(s\) \['hiden'\]"):
+        TM.TaskClassifier.create(str(tmp_path / "w2v"), None, tokenizer="whitespace", max_tokens=5, hiden=4)
+    with pytest.raises(ClassifierError, match="not among this classifier's labels"):
+        clf.train(["good"], [7])
+    with pytest.raises(ClassifierError, match="2 texts but 1 labels"):
+        clf.train(["good", "bad"], [1])
+
+
 def test_tfidf_is_saved_without_pickle_and_predicts_as_fitted(tmp_path):
     rng = np.random.RandomState(0)
     words = "good great fine bad awful poor the a film plot".split()
