@@ -239,11 +239,12 @@ def module_protocol_perplexity(save_dir: str, path: str) -> dict:
 def adapt_lm(general_dir: str, corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eval_every: int, seed: int,
              learning_rate: Optional[float] = None):
     """Domain adaptation as in the ELMo paper: the biLM of `general_dir` trained on for `steps` more steps on a task's
-    unlabelled training texts (`task_corpus`), its vocabulary kept. Returns (summary with the dev perplexity before
-    and after, module protocol; the adapted `BiLM`)."""
+    unlabelled training texts (`task_corpus`), its vocabulary and its options (shape and training fields) kept.
+    Returns (summary with the dev perplexity before and after, module protocol; the adapted `BiLM`)."""
     before = module_protocol_perplexity(general_dir, corpus["heldout_file"])
     summary, bilm = train_lm(corpus, save_dir, steps=steps, max_minutes=max_minutes, eval_every=eval_every, seed=seed,
-                             score_heldout_files=False, init_from=general_dir, learning_rate=learning_rate)
+                             options_file=os.path.join(general_dir, "options.json"), score_heldout_files=False,
+                             init_from=general_dir, learning_rate=learning_rate)
     if summary["complete"]:
         summary.update(dev_before=before, dev_after=module_protocol_perplexity(save_dir, corpus["heldout_file"]))
     return summary, bilm
