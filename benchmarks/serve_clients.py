@@ -115,7 +115,8 @@ def rss_mb(pid: int) -> float:
 def start_server(model_dir: str, flags: list[str], timeout_s: float = 300.0) -> tuple[subprocess.Popen, int]:
     """Starts `python -m elmo_tf.serve --model_dir=... --port=0 FLAGS` and returns it with the port it listens on."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    server = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={model_dir}", "--port=0", *flags],
+    server = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={model_dir}", "--port=0",
+                               "--rest_api_port=-1", *flags],
                               cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + timeout_s
     line = ""

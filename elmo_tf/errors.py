@@ -61,13 +61,16 @@ class ModelDirError(ValueError):
 
 
 class ServeError(Exception):
-    """A request that cannot be served: answered with HTTP `status` and {"error": message}."""
+    """A request that cannot be served: answered with HTTP `status` and {"error": message} over REST, and with the
+    canonical error code `code` over gRPC (by default the one `status` stands for: elmo_tf/serving/status_codes.py;
+    given where TF Serving's code is not that one, e.g. FAILED_PRECONDITION, which REST also answers with 400)."""
 
-    def __init__(self, status: int, message: str, headers: Optional[dict[str, str]] = None):
+    def __init__(self, status: int, message: str, headers: Optional[dict[str, str]] = None, code: Optional[str] = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
+        self.code = code
 
 
 class MonitoringConfigError(ValueError):

@@ -1,7 +1,11 @@
-"""`python -m elmo_tf.serve` / `elmo-serve`: TF Serving's REST API for an exported module (elmo_tf/serving).
+"""`python -m elmo_tf.serve` / `elmo-serve`: TF Serving's gRPC and REST APIs for an exported module (elmo_tf/serving).
 
-    python -m elmo_tf.serve --model_base_path=serving/elmo --port=8501 [--model_name=elmo] [--host=127.0.0.1]
-    python -m elmo_tf.serve --model_config_file=models.config --port=8501
+    python -m elmo_tf.serve --model_base_path=serving/elmo --port=8500 --rest_api_port=8501 [--model_name=elmo]
+    python -m elmo_tf.serve --model_config_file=models.config --rest_api_port=8501
+
+The ports are tensorflow_model_server's flags: `--port` is gRPC (default 8500), `--rest_api_port` is REST (default 0,
+off), so one command line starts either server. Before gRPC was added, `--port` was the REST port; `--port=8501`
+without `--rest_api_port` is refused with a message saying what to write instead.
 
 As TF Serving, the base paths are watched for new numbered versions (--file_system_poll_wait_seconds); see
 elmo_tf/serving/registry.py and docs/SERVING.md "Versions and model config". The routes and status codes are
@@ -14,6 +18,7 @@ from __future__ import annotations
 import resource
 import signal
 import threading
+from typing import Optional
 
 import tensorflow as tf
 from absl import app, flags, logging
@@ -45,8 +50,12 @@ flags.DEFINE_integer("file_system_poll_wait_seconds", 1, "Seconds between looks 
                      "paths (0 or less: only at startup).", lower_bound=-INT32_MAX - 1, upper_bound=INT32_MAX)
 # Where to listen.
 flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0 = every interface).")
-flags.DEFINE_integer("port", 8501, "TCP port of the REST API (TF Serving's default is 8501; 0 = any free port).",
-                     lower_bound=0, upper_bound=65535)
+flags.DEFINE_integer("port", 8500, "TCP port of the gRPC API (tensorflow.serving.PredictionService and "
+                     "ModelService), as tensorflow_model_server's --port; 0 = no gRPC; -1 = any free port (printed "
+                     "at start).", lower_bound=-1, upper_bound=65535)
+flags.DEFINE_integer("rest_api_port", 0, "TCP port of the REST API (TF Serving uses 8501), as tensorflow_model_server's "
+                     "--rest_api_port; 0 = no REST; -1 = any free port (printed at start).", lower_bound=-1,
+                     upper_bound=65535)
 # Batching and limits.
 flags.DEFINE_integer("max_batch_size", 64, "Most sentences per model call; concurrent requests merge up to it.",
                      lower_bound=1, upper_bound=INT32_MAX)
@@ -58,8 +67,8 @@ flags.DEFINE_bool("batch_by_length", True, "Fill each model call with the queued
                   "(requests of the text signatures are queued sentence by sentence).")
 flags.DEFINE_integer("max_enqueued_batches", 32, "Queue bound in batches of max_batch_size sentences; then 503.",
                      lower_bound=1, upper_bound=INT32_MAX)
-flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request body accepted; larger ones get 413.", lower_bound=1,
-                     upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request accepted: a REST body (larger: 413) or a gRPC "
+                     "message (larger: RESOURCE_EXHAUSTED).", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences x tokens of the longest) per "
                      "model call; larger requests get 413.", lower_bound=1, upper_bound=INT32_MAX)
 # Monitoring.
@@ -71,6 +80,12 @@ flags.DEFINE_enum("float_format", "tf_serving", FLOAT_FORMATS, "The text of floa
                   "'tf_serving' writes each as TF Serving does (%g, else %.9g); 'shortest' writes the shortest text "
                   "that reads back as the same value (orjson), 6-8x faster to write and ~10% smaller, the "
                   "values clients read being the same.")
+flags.DEFINE_bool("enable_serialization_as_tensor_content", False, "gRPC predict outputs as bytes in "
+                  "TensorProto.tensor_content instead of the typed value fields (float_val, ...), as "
+                  "tensorflow_model_server's flag: ~20x cheaper to write and read; clients reading the values with "
+                  "tf.make_ndarray see no difference, clients reading e.g. .float_val directly do.")
+flags.DEFINE_integer("grpc_max_threads", 0, "gRPC calls handled at once; 0 = as --rest_api_num_threads.", lower_bound=0,
+                     upper_bound=65536)
 # Deadlines and connections.
 flags.DEFINE_integer("rest_api_timeout_in_ms", 30000, "A predict request's deadline from when it is queued, as in "
                      "TF Serving: 429 if it passes while queued, 504 during the model call; 0 = none.", lower_bound=0,
@@ -99,6 +114,31 @@ def _raise_open_files_limit(connections: int) -> None:
                             connections, wanted, hard)
 
 
+def _refuse(message: str) -> None:
+    """A command line that cannot be served as written: the reason on one line (not the whole help), exit status 2."""
+    logging.error("%s", message)
+    raise SystemExit(2)
+
+
+def _ports() -> tuple[Optional[int], Optional[int]]:
+    """(gRPC port, REST port) for ModelServer: None = that door off, 0 = any free port."""
+    if FLAGS["port"].present and not FLAGS["rest_api_port"].present and FLAGS.port == 8501:
+        _refuse(
+            "--port is the gRPC port, as in tensorflow_model_server (it was the REST port before gRPC was added). For "
+            "REST on 8501 write --rest_api_port=8501 (and --port=8500, or --port=0 for no gRPC); for gRPC on 8501, "
+            "also give --rest_api_port=0.")
+    if FLAGS.port == 0 and FLAGS.rest_api_port == 0:
+        _refuse("--port=0 and --rest_api_port=0 leave no API to serve: give a gRPC port (--port, "
+                             "default 8500), a REST port (--rest_api_port, e.g. 8501), or both (-1 = any free port).")
+    if FLAGS.port > 0 and FLAGS.port == FLAGS.rest_api_port:
+        _refuse(f"--port and --rest_api_port are both {FLAGS.port}: gRPC and REST need different ports.")
+
+    def door(port: int) -> Optional[int]:
+        return None if port == 0 else max(port, 0)
+
+    return door(FLAGS.port), door(FLAGS.rest_api_port)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -109,6 +149,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError("Give either --model_base_path (or --model_dir) or --model_config_file.")
     if not FLAGS.model_name or "/" in FLAGS.model_name or ":" in FLAGS.model_name:
         raise app.UsageError(f"--model_name must be non-empty without '/' or ':'; got {FLAGS.model_name!r}.")
+    grpc_port, rest_port = _ports()
     try:
         options = ServerOptions(
             max_batch_size=FLAGS.max_batch_size,
@@ -123,6 +164,8 @@ def main(argv: list[str]) -> None:
             idle_timeout_s=FLAGS.rest_api_idle_timeout_s,
             float_format=FLAGS.float_format,
             batch_by_length=FLAGS.batch_by_length,
+            tensor_content=FLAGS.enable_serialization_as_tensor_content,
+            grpc_threads=FLAGS.grpc_max_threads,
         )
     except ValueError as e:
         raise app.UsageError(f"--{e}") from None
@@ -146,10 +189,12 @@ def main(argv: list[str]) -> None:
         raise SystemExit(2) from None
     _raise_open_files_limit(options.max_connections)
     try:
-        server = ModelServer(registry, FLAGS.host, FLAGS.port, options, metrics, metrics_path)
+        server = ModelServer(registry, FLAGS.host, rest_port, options, metrics, metrics_path, grpc_port=grpc_port)
     except OSError as e:
         registry.close()
-        logging.error("Cannot listen on %s:%d: %s", FLAGS.host, FLAGS.port, e)
+        ports = " and ".join(f"{door} port {port}" for door, port in (("gRPC", FLAGS.port), ("REST", FLAGS.rest_api_port))
+                             if port)
+        logging.error("Cannot listen on %s (%s): %s", FLAGS.host, ports, e)
         raise SystemExit(2) from None
 
     stop = threading.Event()
@@ -157,9 +202,16 @@ def main(argv: list[str]) -> None:
         signal.signal(signum, lambda *_: stop.set())
     thread = server.serve_in_background()
     for loaded in registry.loaded():
-        logging.info("Serving %s version %d (%s), signatures %s, at http://%s:%d/v1/models/%s", loaded.name,
-                     loaded.version, loaded.model.path, sorted(loaded.model.signatures), FLAGS.host, server.port,
-                     loaded.name)
+        logging.info("Serving %s version %d (%s), signatures %s", loaded.name, loaded.version, loaded.model.path,
+                     sorted(loaded.model.signatures))
+        if server.rest_port is not None:
+            logging.info("REST: %s at http://%s:%d/v1/models/%s", loaded.name, FLAGS.host, server.rest_port, loaded.name)
+    if server.grpc_port is not None:
+        logging.info("gRPC: tensorflow.serving.PredictionService and ModelService at %s:%d", FLAGS.host,
+                     server.grpc_port)
+    for door, port in (("gRPC", server.grpc_port), ("REST", server.rest_port)):
+        if port is None:
+            logging.info("%s is off (%s=0).", door, "--port" if door == "gRPC" else "--rest_api_port")
     while not stop.wait(0.5) and thread.is_alive():
         pass
     logging.info("Shutting down: no new connections; finishing the requests in flight.")

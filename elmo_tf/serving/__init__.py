@@ -9,22 +9,29 @@ One job per module:
   version_folders.py  the numbered SavedModel folders of a base path, and whether one is completely written
   registry.py     which models and versions are served (TF Serving's servable manager): watches base paths,
                   loads and unloads versions, one batcher per loaded version
+  options.py      the server's limits and batching (`ServerOptions`), for both doors
   metrics.py      TF Serving's Prometheus metrics (request counts, latency, batch sizes, queue depth) and
                   its --monitoring_config_file
+  status_codes.py HTTP statuses <-> gRPC canonical codes (as TF Serving maps them)
   rest_api.py     TF Serving's REST contract: a whole request in, a response out (routes, status codes, gzip)
-  http_server.py  the HTTP server (uvicorn): connections, timeouts, limits, graceful shutdown
+  http_server.py  the REST door (uvicorn): connections, timeouts, limits, graceful shutdown
+  proto_codec.py  TensorProto <-> arrays for gRPC predict requests and responses (TF Serving's checks)
+  grpc_api.py     TF Serving's gRPC services (PredictionService, ModelService) on the registry
+  grpc_server.py  the gRPC door (grpcio): port, threads, message limits, graceful stop
+  server.py       the model server: both doors on one registry, and their common stop
 
 `from elmo_tf import serving` gives the public API: `ServedModel`, `ModelRegistry`, `ModelServer`, `ServerOptions`,
-`RestApi`, `Batcher`, `Metrics`, `load_monitoring_config`, `Signature`, `ModelConfig`, `VersionPolicy`, `read_model_config_file`, `single_model_config`,
+`RestApi`, `RestServer`, `GrpcServer`, `add_grpc_services`, `Batcher`, `Metrics`, `load_monitoring_config`, `Signature`, `ModelConfig`, `VersionPolicy`, `read_model_config_file`, `single_model_config`,
 `resolve_model_dir`, `parse_predict_request`, `predict_response`, `predict_response_body`, `json_to_array`. The
 errors (`ServeError`, `ModelDirError`, `ConfigError`, `MonitoringConfigError`) are in elmo_tf/errors.py; the command
 line is elmo_tf/commands/serve.py.
 """
 
 from elmo_tf.serving.batcher import Batcher
-from elmo_tf.serving.http_server import ModelServer, ServerOptions
+from elmo_tf.serving.grpc_api import add_services as add_grpc_services
+from elmo_tf.serving.grpc_server import GrpcServer
+from elmo_tf.serving.http_server import RestServer
 from elmo_tf.serving.json_codec import (
-    DEFAULT_SIGNATURE,
     FLOAT_FORMATS,
     json_to_array,
     parse_predict_request,
@@ -33,25 +40,30 @@ from elmo_tf.serving.json_codec import (
 )
 from elmo_tf.serving.metrics import Metrics, load_monitoring_config
 from elmo_tf.serving.model_config import ModelConfig, VersionPolicy, read_model_config_file, single_model_config
-from elmo_tf.serving.model import SEQUENCE_LEN, ServedModel, Signature, resolve_model_dir
+from elmo_tf.serving.model import DEFAULT_SIGNATURE, SEQUENCE_LEN, ServedModel, Signature, resolve_model_dir
 from elmo_tf.serving.registry import LoadedVersion, ModelRegistry
+from elmo_tf.serving.options import ServerOptions
 from elmo_tf.serving.rest_api import RestApi
+from elmo_tf.serving.server import ModelServer
 
 __all__ = [
     "DEFAULT_SIGNATURE",
     "FLOAT_FORMATS",
     "SEQUENCE_LEN",
     "Batcher",
+    "GrpcServer",
     "LoadedVersion",
     "Metrics",
     "ModelConfig",
     "ModelRegistry",
     "ModelServer",
     "RestApi",
+    "RestServer",
     "ServedModel",
     "ServerOptions",
     "Signature",
     "VersionPolicy",
+    "add_grpc_services",
     "json_to_array",
     "load_monitoring_config",
     "parse_predict_request",

@@ -30,22 +30,19 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import functools
-import os
 import re
 import socket
 import threading
 import time
-from typing import Callable, Optional, Union
+from typing import Optional
 
 import uvicorn
 from absl import logging
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from elmo_tf.errors import ServeError
-from elmo_tf.serving.batcher import Batcher
-from elmo_tf.serving.json_codec import check_float_format
-from elmo_tf.serving.model import ServedModel
 from elmo_tf.serving.metrics import Metrics
+from elmo_tf.serving.options import ServerOptions
 from elmo_tf.serving.registry import ModelRegistry
 from elmo_tf.serving.rest_api import KNOWN_METHODS, RestApi, RestResponse, error_response, html_error
 
@@ -53,81 +50,6 @@ from elmo_tf.serving.rest_api import KNOWN_METHODS, RestApi, RestResponse, error
 _SHUTDOWN_LINGER_S = 0.5
 # The method token at the start of a request.
 _METHOD = re.compile(rb"([A-Z_-]+) ")
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerOptions:
-    """Limits of the server.
-
-    Attributes:
-      max_batch_size: most sentences per model call (concurrent requests are merged up to it).
-      batch_timeout_ms: how long a batch waits for more requests after its first one (0 = never waits).
-      max_enqueued_batches: queue bound, in batches of `max_batch_size` sentences; beyond it requests get 503.
-      max_request_bytes: largest accepted request body (as sent, before gunzip); larger ones get 413.
-      max_batch_tokens: most token positions (sentences x tokens of the longest) per model call; a request
-        over it gets 413. It bounds the time and memory of one call, which a single long sentence would
-        otherwise make as large as the body allows.
-      timeout_ms: a predict request's deadline from when it is queued (TF Serving's --rest_api_timeout_in_ms):
-        429 if it passes in the queue, 504 during the model call; 0 = none.
-      num_threads: requests handled at once (parsing, waiting for the batcher); 0 = max(4 x CPUs,
-        2 x max_batch_size), so that a full batch can form while another one runs.
-      max_connections: most open connections; more are closed as soon as they are accepted.
-      read_timeout_s: time allowed for a request's headers, and then for its body.
-      idle_timeout_s: time a connection may stay open without a request.
-      float_format: the text of floats in predict responses, "tf_serving" or "shortest" (`RestApi`).
-      batch_by_length: fill batches with queued sentences of similar length (`Batcher`'s group_by_length)
-        instead of in arrival order.
-    """
-
-    max_batch_size: int = 64
-    batch_timeout_ms: float = 5.0
-    max_enqueued_batches: int = 32
-    max_request_bytes: int = 8 << 20
-    max_batch_tokens: int = 8192
-    timeout_ms: int = 30000
-    num_threads: int = 0
-    max_connections: int = 10000
-    read_timeout_s: float = 30.0
-    idle_timeout_s: float = 60.0
-    float_format: str = "tf_serving"
-    batch_by_length: bool = True
-
-    def __post_init__(self):
-        for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens",
-                     "max_connections"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an integer >= 1; received {value!r}.")
-        for name in ("timeout_ms", "num_threads"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(f"`{name}` must be an integer >= 0; received {value!r}.")
-        if not self.batch_timeout_ms >= 0:
-            raise ValueError(f"`batch_timeout_ms` must be >= 0; received {self.batch_timeout_ms!r}.")
-        for name in ("read_timeout_s", "idle_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"`{name}` must be > 0; received {getattr(self, name)!r}.")
-        check_float_format(self.float_format)
-        if not isinstance(self.batch_by_length, bool):
-            raise ValueError(f"`batch_by_length` must be True or False; received {self.batch_by_length!r}.")
-
-    @property
-    def threads(self) -> int:
-        """`num_threads`, with 0 resolved."""
-        return self.num_threads or max(4 * (os.cpu_count() or 1), 2 * self.max_batch_size)
-
-    def make_batcher(self, model: ServedModel, on_batch: Optional[Callable[[int], None]] = None) -> Batcher:
-        """The batcher that runs one loaded model version's requests within these limits (`on_batch`: called with
-        the sentences of each model call, e.g. `Metrics.observe_batch`)."""
-        return Batcher(
-            model.run,
-            max_batch_size=self.max_batch_size,
-            timeout_s=self.batch_timeout_ms / 1000.0,
-            max_queued_rows=self.max_batch_size * self.max_enqueued_batches,
-            max_batch_tokens=self.max_batch_tokens,
-            on_batch=on_batch,
-            group_by_length=self.batch_by_length,
-        )
 
 
 class _Protocol(HttpToolsProtocol):
@@ -215,35 +137,30 @@ def _listen(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family, backlog=2048)
 
 
-class ModelServer:
-    """The REST server: one event loop for the connections, a thread pool for the requests, a batcher per model.
+class RestServer:
+    """The REST door: one event loop for the connections, a thread pool for the requests; the models' batchers are
+    the registry's (shared with the gRPC door, if any; server.py's `ModelServer` runs both).
 
     Args:
-      models: a loaded model, or a ModelRegistry of several.
+      registry: the served models.
       host, port: where to listen (port 0 = any free port; see `port`). The socket is bound here, so an address
         in use raises OSError now.
       options: limits and batching.
-      metrics: TF Serving's request and batching metrics (elmo_tf/serving/metrics.py), served at `metrics_path`
-        (TF Serving's --monitoring_config_file) when that is given. A registry built here reports its batch
-        sizes to it; one passed in should be built with `options.make_batcher(model, metrics.observe_batch)`.
+      metrics: TF Serving's request metrics (elmo_tf/serving/metrics.py), served at `metrics_path` (TF Serving's
+        --monitoring_config_file) when that is given.
     """
 
     def __init__(
         self,
-        models: Union[ServedModel, ModelRegistry],
-        host: str = "127.0.0.1",
-        port: int = 8501,
-        options: ServerOptions = ServerOptions(),
+        registry: ModelRegistry,
+        host: str,
+        port: int,
+        options: ServerOptions,
         metrics: Optional[Metrics] = None,
         metrics_path: Optional[str] = None,
     ):
-        if isinstance(models, ModelRegistry):
-            self.registry = models
-        else:
-            on_batch = metrics.observe_batch if metrics is not None else None
-            self.registry = ModelRegistry([models], lambda model: options.make_batcher(model, on_batch))
         self.options = options
-        self.api = RestApi(self.registry, options.timeout_ms, metrics, metrics_path, options.float_format)
+        self.api = RestApi(registry, options.timeout_ms, metrics, metrics_path, options.float_format)
         self._socket = _listen(host, port)
         self._pool = concurrent.futures.ThreadPoolExecutor(options.threads, thread_name_prefix="elmo_tf-rest")
         protocol = functools.partial(
@@ -259,33 +176,27 @@ class ModelServer:
         )
         self._server = uvicorn.Server(config)
         self._thread: Optional[threading.Thread] = None
-        self._lock = threading.Lock()
-        self._stopped = False
 
     @property
     def port(self) -> int:
         return self._socket.getsockname()[1]
 
-    def serve_in_background(self) -> threading.Thread:
-        """Starts serving on a thread of its own and returns it (it ends after `stop`)."""
+    def start(self) -> None:
+        """Starts serving on a thread of its own."""
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, name="elmo_tf-http")
         self._thread.start()
-        return self._thread
 
-    def stop(self) -> None:
-        """Stops accepting connections, answers the requests received, closes the connections and the batchers."""
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-        self._server.should_exit = True  # uvicorn's loop sees it within 0.1 s and shuts down gracefully
-        self.registry.stop_waiting()  # requests in flight need not wait for batch partners any more
-        if self._thread is not None and self._thread is not threading.current_thread():
+    def begin_stop(self) -> None:
+        """Stops accepting connections (uvicorn's loop sees it within 0.1 s); the requests received are answered."""
+        self._server.should_exit = True
+
+    def wait_stopped(self) -> None:
+        """Returns once every request received has been answered and the connections are closed."""
+        if self._thread is not None:
             self._thread.join()
         else:
             self._socket.close()
         self._pool.shutdown(wait=True)
-        self.registry.close()
 
     async def _asgi(self, scope, receive, send) -> None:
         if scope["type"] != "http":

@@ -30,9 +30,8 @@ import orjson
 import tensorflow as tf
 
 from elmo_tf.errors import ServeError
-from elmo_tf.serving.model import SEQUENCE_LEN, Signature, numpy_dtype
+from elmo_tf.serving.model import DEFAULT_SIGNATURE, Signature, numpy_dtype
 
-DEFAULT_SIGNATURE = "serving_default"
 FLOAT_FORMATS = ("tf_serving", "shortest")  # the float text of responses (see the module docstring)
 _DECODER = json.JSONDecoder()  # accepts NaN and Infinity, as TF Serving does
 
@@ -221,29 +220,6 @@ def _from_inputs(value: Any, signature: Signature) -> dict[str, np.ndarray]:
     return inputs
 
 
-def _check_rows(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
-    """What batching needs of a request: one row count, and (elmo_tf's `tokens`) 0 <= sequence_len <= T.
-
-    Checked per request because padding T in a shared batch would hide a sequence_len beyond the request's own T.
-    """
-    if not signature.batchable:
-        return
-    rows = {name: array.shape[0] for name, array in inputs.items()}
-    if len(set(rows.values())) > 1:
-        raise ServeError(400, f"The inputs must have the same number of rows (size of dimension 0); received {rows}.")
-    if signature.padded_input and SEQUENCE_LEN in inputs and inputs[SEQUENCE_LEN].ndim == 1:
-        columns = inputs[signature.padded_input].shape[1]
-        lengths = inputs[SEQUENCE_LEN]
-        bad = np.flatnonzero((lengths < 0) | (lengths > columns))
-        if bad.size:
-            i = int(bad[0])
-            raise ServeError(
-                400,
-                f"sequence_len[{i}] = {int(lengths[i])} is out of range: it must be between 0 and {columns}, "
-                f"the number of columns of {signature.padded_input!r}.",
-            )
-
-
 def parse_predict_request(
     body: bytes, signatures: dict[str, Signature]
 ) -> tuple[Signature, str, dict[str, np.ndarray]]:
@@ -277,7 +253,7 @@ def parse_predict_request(
         request_format, inputs = "columnar", _from_inputs(request["inputs"], signature)
     else:
         raise ServeError(400, "Missing 'inputs' or 'instances' key.")
-    _check_rows(signature, inputs)
+    signature.check_rows(inputs)
     return signature, request_format, inputs
 
 

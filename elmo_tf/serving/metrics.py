@@ -8,7 +8,8 @@ dashboards and queries work unchanged:
   :tensorflow:serving:request_count{model_name,status}
       every request, by status code name (OK, INVALID_ARGUMENT, NOT_FOUND, ...; `status_code_name`)
   :tensorflow:serving:request_latency{model_name,API,entrypoint}  histogram, microseconds
-      successful requests only; API "predict" or "" (status, metadata); entrypoint "REST";
+      successful requests only; API "predict" or "" (REST: status, metadata) or the gRPC method's name
+      ("Predict", ...); entrypoint "REST" or "GRPC";
       buckets 10 * 1.8**i for i < 33
   :tensorflow:serving:batching_session:processed_batch_size  histogram
       sentences per model call; buckets 2**i for i < 14 (TF Serving's name and buckets)
@@ -36,42 +37,13 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from elmo_tf.errors import MonitoringConfigError
+from elmo_tf.serving.status_codes import status_code_name
 
 DEFAULT_PATH = "/monitoring/prometheus/metrics"  # TF Serving's PrometheusExporter::kPrometheusPath
 REQUEST_COUNT = ":tensorflow:serving:request_count"
 REQUEST_LATENCY = ":tensorflow:serving:request_latency"
 BATCH_SIZE = ":tensorflow:serving:batching_session:processed_batch_size"
 QUEUE_DEPTH = ":tensorflow:serving:batching_session:queue_depth"
-
-# HTTP status -> gRPC canonical code name: the inverse of TF Serving's ToHTTPStatusCode (http_server.cc). Where
-# several codes share a status, the one elmo_tf means is kept (400: INVALID_ARGUMENT, 500: INTERNAL).
-_STATUS_NAMES = {
-    200: "OK",
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ABORTED",
-    413: "INVALID_ARGUMENT",  # a request too large for a batch: TF's batch scheduler says InvalidArgument
-    429: "RESOURCE_EXHAUSTED",
-    499: "CANCELLED",
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
-
-def status_code_name(http_status: int) -> str:
-    """The canonical error code name TF Serving counts a request with HTTP status `http_status` under.
-
-    Other 4xx statuses (405, 411, ...: requests TF Serving answers 400) count as INVALID_ARGUMENT, anything else
-    as UNKNOWN.
-    """
-    if http_status in _STATUS_NAMES:
-        return _STATUS_NAMES[http_status]
-    return "INVALID_ARGUMENT" if 400 <= http_status < 500 else "UNKNOWN"
-
 
 def exponential_buckets(scale: float, growth_factor: float, count: int) -> list[float]:
     """`count` bucket limits scale * growth_factor**i, multiplied step by step as TF's Buckets::Exponential."""
@@ -133,7 +105,8 @@ class Metrics(Collector):
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)
 
-    def observe_request(self, model_name: str, api: str, http_status: int, seconds: float) -> None:
+    def observe_request(self, model_name: str, api: str, http_status: int, seconds: float,
+                        entrypoint: str = "REST", code: Optional[str] = None) -> None:
         """One answered request: counted by status; its latency recorded if it succeeded (HTTP 200).
 
         Args:
@@ -141,12 +114,15 @@ class Metrics(Collector):
           api: "predict" for :predict, "" for status and metadata (TF Serving's API label).
           http_status: the status code sent.
           seconds: wall time from the request's arrival to its response.
+          entrypoint: "REST" or "GRPC", the door it came through.
+          code: the canonical code name it is counted under, where it is not the one `http_status` stands for
+            (`ServeError.code`).
         """
-        status = status_code_name(http_status)
+        status = code or status_code_name(http_status)
         with self._lock:
             self._requests[model_name, status] = self._requests.get((model_name, status), 0) + 1
             if http_status == 200:
-                key = (model_name, api, "REST")
+                key = (model_name, api, entrypoint)
                 if key not in self._latency:
                     self._latency[key] = _Histogram(LATENCY_BUCKETS_US)
                 self._latency[key].observe(int(seconds * 1_000_000))  # whole microseconds, as TF Serving

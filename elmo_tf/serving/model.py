@@ -19,6 +19,7 @@ from elmo_tf.text.tokens import max_tokens
 from elmo_tf.errors import ModelDirError, ServeError, load_saved_model, tf_error_message
 
 SEQUENCE_LEN = "sequence_len"
+DEFAULT_SIGNATURE = "serving_default"  # the signature of a request that names none
 
 
 def numpy_dtype(dtype: tf.DType):
@@ -105,6 +106,29 @@ class Signature:
             return None
         return np.array([max_tokens(text) for text in inputs[texts[0]]], np.int64)
 
+    def check_rows(self, inputs: dict[str, np.ndarray]) -> None:
+        """What batching needs of a request, whatever its wire format: one row count, and (elmo_tf's `tokens`)
+        0 <= sequence_len <= T. Raises ServeError(400).
+
+        Checked per request because padding T in a shared batch would hide a sequence_len beyond the request's own T.
+        """
+        if not self.batchable:
+            return
+        rows = {name: array.shape[0] for name, array in inputs.items()}
+        if len(set(rows.values())) > 1:
+            raise ServeError(400, f"The inputs must have the same number of rows (size of dimension 0); received {rows}.")
+        if self.padded_input and SEQUENCE_LEN in inputs and inputs[SEQUENCE_LEN].ndim == 1:
+            columns = inputs[self.padded_input].shape[1]
+            lengths = inputs[SEQUENCE_LEN]
+            bad = np.flatnonzero((lengths < 0) | (lengths > columns))
+            if bad.size:
+                i = int(bad[0])
+                raise ServeError(
+                    400,
+                    f"sequence_len[{i}] = {int(lengths[i])} is out of range: it must be between 0 and {columns}, "
+                    f"the number of columns of {self.padded_input!r}.",
+                )
+
     def cut(self, outputs: dict[str, np.ndarray], columns: Optional[int]) -> dict[str, np.ndarray]:
         """One request's rows of a batch's outputs -> as if the request had been run alone."""
         if not self.batchable:
@@ -116,17 +140,28 @@ class Signature:
         }
 
 
-def signature_def_json(saved_model_dir: str) -> dict[str, Any]:
-    """The SignatureDefMap of the `serve` graph as TF Serving's metadata API prints it (proto JSON, all fields)."""
-    from google.protobuf import json_format
+def signature_def_map(saved_model_dir: str):
+    """The SignatureDefMap (tensorflow_serving.apis.get_model_metadata_pb2) of the SavedModel's `serve` graph, as
+    TF Serving's GetModelMetadata returns it."""
     from tensorflow.core.protobuf import saved_model_pb2
+    from tensorflow_serving.apis import get_model_metadata_pb2
 
     saved_model = saved_model_pb2.SavedModel()
     with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
         saved_model.ParseFromString(f.read())
     graphs = [g for g in saved_model.meta_graphs if "serve" in g.meta_info_def.tags] or list(saved_model.meta_graphs)
-    signature_map = {}
+    signatures = get_model_metadata_pb2.SignatureDefMap()
     for key, signature_def in graphs[0].signature_def.items():
+        signatures.signature_def[key].CopyFrom(signature_def)
+    return signatures
+
+
+def signature_def_json(signatures) -> dict[str, Any]:
+    """A SignatureDefMap as TF Serving's REST metadata API prints it (proto JSON with every field)."""
+    from google.protobuf import json_format
+
+    signature_map = {}
+    for key, signature_def in signatures.signature_def.items():
         try:
             signature_map[key] = json_format.MessageToDict(
                 signature_def, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
@@ -157,9 +192,10 @@ class ServedModel:
         self.signatures = {key: Signature.from_function(key, fn) for key, fn in loaded.signatures.items()}
         if not self.signatures:
             raise ModelDirError(f"The SavedModel at {self.path!r} has no signatures to serve.")
-        self.metadata = {
+        self.signature_defs = signature_def_map(self.path)  # GetModelMetadata's answer (gRPC)
+        self.metadata = {  # the REST metadata API's
             "model_spec": {"name": name, "signature_name": "", "version": str(self.version)},
-            "metadata": {"signature_def": signature_def_json(self.path)},
+            "metadata": {"signature_def": signature_def_json(self.signature_defs)},
         }
 
     def run(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

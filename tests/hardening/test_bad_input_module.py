@@ -123,7 +123,7 @@ def test_damaged_model_dir_is_reported(tiny_module, tmp_path):
 
 
 def post(server, payload, raw: bytes = None) -> tuple[int, dict]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    conn = http.client.HTTPConnection("127.0.0.1", server.rest_port, timeout=120)
     try:
         body = raw if raw is not None else json.dumps(payload).encode()
         conn.request("POST", "/v1/models/elmo:predict", body=body, headers={"Content-Type": "application/json"})

@@ -65,7 +65,7 @@ COMMANDS = {
     }, [[], ["--gamma=0.5", "--mix_weights=0,0,0", "--max_tokens=1", "--runner=DirectRunner"]]),
     "records_to_hdf5": (("module", "elmo_tf.records_to_hdf5"), {}, [[]]),
     "serve": (("module", "elmo_tf.serve"), {
-        "port": ("an integer in the range [0, 65535]", ["-1", "70000"]),
+        **{name: ("an integer in the range [-1, 65535]", ["-2", "70000"]) for name in ("port", "rest_api_port")},
         **{name: (POSITIVE, SIZE_BAD) for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes",
                                                    "max_batch_tokens")},
         "batch_timeout_ms": ("a number in the range [0, 60000]", ["-1", "60001", "inf", "nan"]),
@@ -73,13 +73,15 @@ COMMANDS = {
         "file_system_poll_wait_seconds": ("an integer in the range [-2147483648, 2147483647]",
                                           [str(2**31), str(-2**31 - 1)]),
         "rest_api_timeout_in_ms": (NON_NEGATIVE, ["-1", str(2**31)]),
-        "rest_api_num_threads": ("an integer in the range [0, 65536]", ["-1", "65537"]),
+        **{name: ("an integer in the range [0, 65536]", ["-1", "65537"]) for name in ("rest_api_num_threads",
+                                                                                    "grpc_max_threads")},
         "rest_api_max_connections": ("an integer in the range [1, 1000000]", ["0", "-1", "1000001"]),
         "rest_api_read_timeout_s": ("a number in the range (0, 3600]", ["0", "-1", "3601", "inf", "nan"]),
         "rest_api_idle_timeout_s": ("a number in the range (0, 86400]", ["0", "-0.5", "86401", "inf", "nan"]),
-    }, [["--model_dir=m"], ["--model_dir=m", "--port=0", "--batch_timeout_ms=0", "--rest_api_timeout_in_ms=0",
+    }, [["--model_dir=m"], ["--model_dir=m", "--port=0", "--rest_api_port=-1", "--batch_timeout_ms=0", "--rest_api_timeout_in_ms=0",
                             "--rest_api_num_threads=0", "--rest_api_max_connections=1"],
-        ["--model_dir=m", "--port=65535", "--batch_timeout_ms=60000", "--max_batch_size=1",
+        ["--model_dir=m", "--port=-1", "--rest_api_port=65535", "--grpc_max_threads=65536", "--batch_timeout_ms=60000",
+         "--max_batch_size=1",
          "--rest_api_num_threads=65536", "--rest_api_max_connections=1000000", "--rest_api_read_timeout_s=3600",
          "--rest_api_idle_timeout_s=0.001"],
         ["--model_base_path=m", "--file_system_poll_wait_seconds=-2147483648"],
@@ -130,7 +132,7 @@ BAD = [(command, flag, value) for command, (_, table, _) in COMMANDS.items() for
 # tests/training/test_train_cli.py and test_bad_input_cli.py.
 END_TO_END = {
     "serve-port": (["-m", "elmo_tf.serve", "--model_dir=/nonexistent", "--port=70000"],
-                   "flag --port=70000: 70000 is not an integer in the range [0, 65535]"),
+                   "flag --port=70000: 70000 is not an integer in the range [-1, 65535]"),
     "evaluate-rates": (["evaluate.py", "--ft_learning_rates=1e-4,1.5"],
                        "flag --ft_learning_rates=['1e-4', '1.5']: the item '1.5' is not a number in the range (0, 1)"),
 }

@@ -85,7 +85,7 @@ def assert_ok(reply: Reply, n: int = 1) -> None:
     ("GET", "/v1/models/"),
 ])
 def test_unmatched_v1_path_is_malformed_400(server, method, target):
-    reply = send(server.port, method, target, ONE if method == "POST" else b"")
+    reply = send(server.rest_port, method, target, ONE if method == "POST" else b"")
     assert reply.status == 400
     assert reply.json() == {"error": f"Malformed request: {method} {target}"}
     assert reply.headers["Content-Type"] == "application/json"
@@ -93,30 +93,30 @@ def test_unmatched_v1_path_is_malformed_400(server, method, target):
 
 def test_query_string_of_a_status_path_is_part_of_the_model_name(server):
     # [^/:]+ takes "?" and "=": TF Serving looks for a model called "elmo?verbose=1".
-    reply = send(server.port, "GET", "/v1/models/elmo?verbose=1")
+    reply = send(server.rest_port, "GET", "/v1/models/elmo?verbose=1")
     assert (reply.status, reply.json()) == (404, {"error": "Could not find any versions of model elmo?verbose=1"})
 
 
 def test_routes_ignore_case_but_not_for_metadata(server):
-    assert send(server.port, "GET", "/V1/MODELS/elmo").status == 200
-    assert_ok(send(server.port, "POST", "/V1/Models/elmo:predict", ONE))
-    status = send(server.port, "GET", "/v1/models/elmo/METADATA")  # the status, as in TF Serving
+    assert send(server.rest_port, "GET", "/V1/MODELS/elmo").status == 200
+    assert_ok(send(server.rest_port, "POST", "/V1/Models/elmo:predict", ONE))
+    status = send(server.rest_port, "GET", "/v1/models/elmo/METADATA")  # the status, as in TF Serving
     assert status.status == 200 and "model_version_status" in status.json()
 
 
 def test_get_models_without_name_is_400(server):
-    reply = send(server.port, "GET", "/v1/models")
+    reply = send(server.rest_port, "GET", "/v1/models")
     assert (reply.status, reply.json()) == (400, {"error": "Missing model name in request."})
 
 
 def test_version_beyond_int64_is_an_empty_400(server):
-    reply = send(server.port, "GET", f"/v1/models/elmo/versions/{2**63}")
+    reply = send(server.rest_port, "GET", f"/v1/models/elmo/versions/{2**63}")
     assert (reply.status, reply.body) == (400, b"")
 
 
 @pytest.mark.parametrize("target", ["/v2/models/elmo", "/v1", "/", "/models/elmo:predict", "/favicon.ico"])
 def test_path_outside_v1_is_404_html(server, target):
-    reply = send(server.port, "GET", target)
+    reply = send(server.rest_port, "GET", target)
     assert reply.status == 404
     assert reply.headers["Content-Type"] == "text/html" and reply.headers["Connection"] == "close"
     assert b"Not Found" in reply.body
@@ -132,14 +132,14 @@ def test_path_outside_v1_is_404_html(server, target):
     ("PATCH", PREDICT),
 ])
 def test_wrong_method_is_malformed_400_never_405(server, method, target):
-    reply = send(server.port, method, target, ONE)
+    reply = send(server.rest_port, method, target, ONE)
     assert reply.status == 400
     assert reply.json() == {"error": f"Malformed request: {method} {target}"}
 
 
 def test_head_is_400_without_body(server):
     for target in ("/v1/models/elmo", PREDICT):
-        reply = send(server.port, "HEAD", target)
+        reply = send(server.rest_port, "HEAD", target)
         assert (reply.status, reply.body) == (400, b"")
 
 
@@ -153,14 +153,14 @@ def test_head_is_400_without_body(server):
 ])
 def test_options_is_a_cors_preflight(server, origin, status):
     for target in ("/v1/models/elmo:predict", "/v1/no/such/route"):
-        reply = send(server.port, "OPTIONS", target, headers={"Origin": origin} if origin else {})
+        reply = send(server.rest_port, "OPTIONS", target, headers={"Origin": origin} if origin else {})
         assert (reply.status, reply.body) == (status, b"")
-    assert send(server.port, "OPTIONS", "/v2/x", headers={"Origin": "http://a"}).status == 404
+    assert send(server.rest_port, "OPTIONS", "/v2/x", headers={"Origin": "http://a"}).status == 404
 
 
 @pytest.mark.parametrize("method", ["TRACE", "CONNECT", "BREW"])
 def test_trace_connect_and_unknown_methods_are_501(server, method):
-    reply = send(server.port, method, "/v1/models/elmo")
+    reply = send(server.rest_port, method, "/v1/models/elmo")
     assert reply.status == 501 and b"Not Implemented" in reply.body
     assert reply.headers["Connection"] == "close"
 
@@ -173,27 +173,27 @@ def test_chunked_body_is_accepted(server):
     body = json.dumps({"instances": SENTENCES[:2]}).encode()
     chunks = [body[:7], body[7:30], body[30:]]
     data = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
-    reply = send(server.port, "POST", PREDICT, data, {"Transfer-Encoding": "chunked"})
+    reply = send(server.rest_port, "POST", PREDICT, data, {"Transfer-Encoding": "chunked"})
     assert_ok(reply, 2)
-    assert reply.json() == send(server.port, "POST", PREDICT, body).json()
+    assert reply.json() == send(server.rest_port, "POST", PREDICT, body).json()
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "x-gzip", "deflate, gzip"])
 def test_gzip_body_is_decompressed(server, encoding):
     body = json.dumps({"instances": SENTENCES[:3]}).encode()
-    reply = send(server.port, "POST", PREDICT, gzip.compress(body), {"Content-Encoding": encoding})
+    reply = send(server.rest_port, "POST", PREDICT, gzip.compress(body), {"Content-Encoding": encoding})
     assert_ok(reply, 3)
-    assert reply.json() == send(server.port, "POST", PREDICT, body).json()
+    assert reply.json() == send(server.rest_port, "POST", PREDICT, body).json()
 
 
 def test_gzip_failure_is_the_empty_document_400(server):
     empty = {"error": "JSON Parse error: The document is empty."}
     corrupt = gzip.compress(ONE)[:-12] + b"garbage....."
     for data in (corrupt, b"not gzip at all", gzip.compress(ONE)[:20]):
-        reply = send(server.port, "POST", PREDICT, data, {"Content-Encoding": "gzip"})
+        reply = send(server.rest_port, "POST", PREDICT, data, {"Content-Encoding": "gzip"})
         assert (reply.status, reply.json()) == (400, empty)
     # "gzip" is matched case-sensitively: the compressed bytes are then parsed as they are.
-    reply = send(server.port, "POST", PREDICT, gzip.compress(ONE), {"Content-Encoding": "GZIP"})
+    reply = send(server.rest_port, "POST", PREDICT, gzip.compress(ONE), {"Content-Encoding": "GZIP"})
     assert reply.status == 400 and reply.json()["error"].startswith("JSON Parse error")
 
 
@@ -204,35 +204,35 @@ def test_gunzip_is_bounded():
 
 
 def test_text_after_the_json_document_is_ignored(server):
-    assert_ok(send(server.port, "POST", PREDICT, ONE + b"\n\nthis is not JSON {"))
-    assert_ok(send(server.port, "POST", PREDICT, ONE + b'{"instances": 3}'))
+    assert_ok(send(server.rest_port, "POST", PREDICT, ONE + b"\n\nthis is not JSON {"))
+    assert_ok(send(server.rest_port, "POST", PREDICT, ONE + b'{"instances": 3}'))
 
 
 def test_unknown_keys_ignored_in_inputs_refused_in_instances(server):
     body = json.dumps({"inputs": {"text": SENTENCES[:2], "extra": [1, 2]}}).encode()
-    reply = send(server.port, "POST", PREDICT, body)
+    reply = send(server.rest_port, "POST", PREDICT, body)
     assert reply.status == 200 and "elmo" in reply.json()["outputs"]
     body = json.dumps({"signature_name": "tokens", "instances": [{"tokens": ["a"], "sequence_len": 1, "x": 0}]})
-    reply = send(server.port, "POST", PREDICT, body.encode())
+    reply = send(server.rest_port, "POST", PREDICT, body.encode())
     assert reply.status == 400 and "unknown ['x']" in reply.json()["error"]
 
 
 def test_body_limit_is_413(server):
     limit = server.options.max_request_bytes
-    reply = send(server.port, "POST", PREDICT, b" " * (limit + 1))
+    reply = send(server.rest_port, "POST", PREDICT, b" " * (limit + 1))
     assert reply.status == 413 and "--max_request_bytes" in reply.json()["error"]
     # Announced with "Expect: 100-continue": refused before the body is sent.
     data = http_request("POST", PREDICT, headers={"Content-Length": str(limit + 1), "Expect": "100-continue"})
-    reply = raw(server.port, data, "POST")
+    reply = raw(server.rest_port, data, "POST")
     assert reply.status == 413
     # Chunked: refused once more than the limit has arrived.
     chunk = b" " * 4096
     data = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(limit // 4096 + 1)) + b"0\r\n\r\n"
-    assert send(server.port, "POST", PREDICT, data, {"Transfer-Encoding": "chunked"}).status == 413
+    assert send(server.rest_port, "POST", PREDICT, data, {"Transfer-Encoding": "chunked"}).status == 413
 
 
 def test_empty_post_is_the_empty_document_400(server):
-    reply = send(server.port, "POST", PREDICT)
+    reply = send(server.rest_port, "POST", PREDICT)
     assert (reply.status, reply.json()) == (400, {"error": "JSON Parse error: The document is empty."})
 
 
@@ -241,7 +241,7 @@ def test_empty_post_is_the_empty_document_400(server):
 
 
 def test_keep_alive(server):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=CHILD_TIMEOUT)
+    conn = http.client.HTTPConnection("127.0.0.1", server.rest_port, timeout=CHILD_TIMEOUT)
     for _ in range(3):
         conn.request("POST", PREDICT, ONE)
         response = conn.getresponse()
@@ -259,8 +259,8 @@ def model(base_path) -> serving.ServedModel:
 
 
 @contextlib.contextmanager
-def custom_server(model: serving.ServedModel, options: serving.ServerOptions, wrap=None):
-    """A server of `model` whose model calls go through `wrap(model) -> run` (default: the model's)."""
+def custom_server(model: serving.ServedModel, options: serving.ServerOptions, wrap=None, metrics=None):
+    """A server of `model` (REST and gRPC) whose model calls go through `wrap(model) -> run` (default: the model's)."""
 
     def make_batcher(m):
         return serving.Batcher(
@@ -270,7 +270,7 @@ def custom_server(model: serving.ServedModel, options: serving.ServerOptions, wr
             max_queued_rows=options.max_batch_size * options.max_enqueued_batches,
         )
 
-    srv = serving.ModelServer(serving.ModelRegistry([model], make_batcher), "127.0.0.1", 0, options)
+    srv = serving.ModelServer(serving.ModelRegistry([model], make_batcher), "127.0.0.1", 0, options, metrics, grpc_port=0)
     thread = srv.serve_in_background()
     try:
         yield srv
@@ -295,11 +295,11 @@ def closed_within(sock: socket.socket, seconds: float) -> bool:
 def test_header_body_and_idle_timeouts(model):
     options = serving.ServerOptions(read_timeout_s=0.5, idle_timeout_s=1.0)
     with custom_server(model, options) as srv:
-        idle = socket.create_connection(("127.0.0.1", srv.port))
-        slow_headers = socket.create_connection(("127.0.0.1", srv.port))
+        idle = socket.create_connection(("127.0.0.1", srv.rest_port))
+        slow_headers = socket.create_connection(("127.0.0.1", srv.rest_port))
         slow_headers.sendall(b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
         assert closed_within(slow_headers, 5.0)
-        slow_body = socket.create_connection(("127.0.0.1", srv.port))
+        slow_body = socket.create_connection(("127.0.0.1", srv.rest_port))
         slow_body.sendall(b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
         response = http.client.HTTPResponse(slow_body, method="POST")
         response.begin()
@@ -311,16 +311,16 @@ def test_header_body_and_idle_timeouts(model):
 
 def test_connection_bound(model):
     with custom_server(model, serving.ServerOptions(max_connections=2)) as srv:
-        held = [http.client.HTTPConnection("127.0.0.1", srv.port, timeout=CHILD_TIMEOUT) for _ in range(2)]
+        held = [http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=CHILD_TIMEOUT) for _ in range(2)]
         for conn in held:
             conn.request("GET", "/v1/models/elmo")
             assert conn.getresponse().read()
-        extra = socket.create_connection(("127.0.0.1", srv.port))
+        extra = socket.create_connection(("127.0.0.1", srv.rest_port))
         assert closed_within(extra, 5.0)
         extra.close()
         held[0].close()
         time.sleep(0.2)
-        assert send(srv.port, "GET", "/v1/models/elmo").status == 200  # a freed slot is usable again
+        assert send(srv.rest_port, "GET", "/v1/models/elmo").status == 200  # a freed slot is usable again
         held[1].close()
 
 
@@ -362,14 +362,14 @@ def test_resource_exhausted_is_429(model):
         return lambda signature, inputs: model.run(dataclasses.replace(signature, function=oom), inputs)
 
     with custom_server(model, serving.ServerOptions(), wrap) as srv:
-        reply = send(srv.port, "POST", PREDICT, ONE)
+        reply = send(srv.rest_port, "POST", PREDICT, ONE)
     assert reply.status == 429 and reply.json()["error"].startswith("Out of memory: OOM when allocating")
 
 
 def test_full_batching_queue_is_503(model):
     options = serving.ServerOptions(max_batch_size=1, max_enqueued_batches=1, batch_timeout_ms=0, timeout_ms=0)
     with custom_server(model, options, slow(1.0)) as srv:
-        replies = concurrently(srv.port, 3)  # one running, one queued, one refused
+        replies = concurrently(srv.rest_port, 3)  # one running, one queued, one refused
     assert [r.status for r in replies] == [200, 200, 503]
     assert "overloaded" in replies[2].json()["error"] and replies[2].headers["Retry-After"] == "1"
 
@@ -377,8 +377,8 @@ def test_full_batching_queue_is_503(model):
 def test_deadline_gives_504_in_the_model_call_and_429_in_the_queue(model):
     options = serving.ServerOptions(max_batch_size=1, batch_timeout_ms=0, timeout_ms=400)
     with custom_server(model, options, slow(1.5)) as srv:
-        replies = concurrently(srv.port, 2)
-        after = send(srv.port, "GET", "/v1/models/elmo")
+        replies = concurrently(srv.rest_port, 2)
+        after = send(srv.rest_port, "GET", "/v1/models/elmo")
     assert replies[0].status == 504 and "--rest_api_timeout_in_ms" in replies[0].json()["error"]
     assert (replies[1].status, replies[1].json()) == (
         429, {"error": "Run() timeout exceeded while waiting in batching queue"})
@@ -387,7 +387,7 @@ def test_deadline_gives_504_in_the_model_call_and_429_in_the_queue(model):
 
 def test_no_deadline_when_timeout_is_0(model):
     with custom_server(model, serving.ServerOptions(timeout_ms=0), slow(0.6)) as srv:
-        assert_ok(send(srv.port, "POST", PREDICT, ONE))
+        assert_ok(send(srv.rest_port, "POST", PREDICT, ONE))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -476,13 +476,13 @@ def test_metrics_page_counts_requests_latency_and_batches(model):
     srv = serving.ModelServer(model, "127.0.0.1", 0, serving.ServerOptions(), metrics, M.DEFAULT_PATH)
     thread = srv.serve_in_background()
     try:
-        assert_ok(send(srv.port, "POST", PREDICT, ONE))
-        assert_ok(send(srv.port, "POST", PREDICT, json.dumps({"instances": SENTENCES[:3]}).encode()), 3)
-        assert send(srv.port, "POST", "/v1/models/other:predict", ONE).status == 404
-        assert send(srv.port, "GET", "/v1/models/elmo").status == 200
-        assert send(srv.port, "POST", PREDICT + "/").status == 400
-        assert send(srv.port, "GET", "/elsewhere").status == 404  # outside /v1/: not counted, as in TF Serving
-        page = send(srv.port, "GET", M.DEFAULT_PATH)
+        assert_ok(send(srv.rest_port, "POST", PREDICT, ONE))
+        assert_ok(send(srv.rest_port, "POST", PREDICT, json.dumps({"instances": SENTENCES[:3]}).encode()), 3)
+        assert send(srv.rest_port, "POST", "/v1/models/other:predict", ONE).status == 404
+        assert send(srv.rest_port, "GET", "/v1/models/elmo").status == 200
+        assert send(srv.rest_port, "POST", PREDICT + "/").status == 400
+        assert send(srv.rest_port, "GET", "/elsewhere").status == 404  # outside /v1/: not counted, as in TF Serving
+        page = send(srv.rest_port, "GET", M.DEFAULT_PATH)
         assert page.status == 200 and page.headers["Content-Type"].startswith("text/plain")
         text = page.body.decode()
         for line in (f'{M.REQUEST_COUNT}{{model_name="elmo",status="OK"}} 3.0',
@@ -494,8 +494,8 @@ def test_metrics_page_counts_requests_latency_and_batches(model):
             assert line in text, (line, text)
         assert "elsewhere" not in text
         # Any method on the exact path; a query string is refused as TF Serving does.
-        assert send(srv.port, "POST", M.DEFAULT_PATH).status == 200
-        refused = send(srv.port, "GET", M.DEFAULT_PATH + "?x=1")
+        assert send(srv.rest_port, "POST", M.DEFAULT_PATH).status == 200
+        refused = send(srv.rest_port, "GET", M.DEFAULT_PATH + "?x=1")
         assert (refused.status, refused.body) == (400, f"Unexpected path: {M.DEFAULT_PATH}?x=1".encode())
     finally:
         srv.stop()
@@ -503,13 +503,13 @@ def test_metrics_page_counts_requests_latency_and_batches(model):
 
 
 def test_no_metrics_page_without_a_monitoring_config(server):
-    assert send(server.port, "GET", "/monitoring/prometheus/metrics").status == 404
+    assert send(server.rest_port, "GET", "/monitoring/prometheus/metrics").status == 404
 
 
 def test_predict_floats_are_written_as_tf_serving_writes_them(server):
     """Every number of a predict body: "%g" when that round-trips to the float32, else "%.9g", with ".0" when it has
     neither "." nor "e" (json_tensor.cc WriteDecimal); the exact strings are in test_json_codec.py."""
-    reply = send(server.port, "POST", PREDICT, json.dumps({"signature_name": "default", "instances": SENTENCES[:2]}).encode())
+    reply = send(server.rest_port, "POST", PREDICT, json.dumps({"signature_name": "default", "instances": SENTENCES[:2]}).encode())
     assert reply.status == 200
     floats = []
 

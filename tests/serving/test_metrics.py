@@ -21,8 +21,8 @@ from elmo_tf.serving.metrics import (
     LATENCY_BUCKETS_US,
     Metrics,
     load_monitoring_config,
-    status_code_name,
 )
+from elmo_tf.serving.status_codes import status_code_name
 
 
 def lines(metrics: Metrics) -> list[str]:

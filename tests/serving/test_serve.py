@@ -102,7 +102,7 @@ def request(port: int, method: str, path: str, body=None, headers=None) -> tuple
 
 
 def predict(server, payload, path="/v1/models/elmo:predict") -> dict:
-    status, body, _ = request(server.port, "POST", path, payload)
+    status, body, _ = request(server.rest_port, "POST", path, payload)
     assert status == 200, body
     return body
 
@@ -115,7 +115,8 @@ def start_serve(base_path, log_path, *flags: str) -> tuple[subprocess.Popen, int
     """`python -m elmo_tf.serve` on `base_path` at a free port (its log in `log_path`), once it listens: (process, port)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={base_path}", "--port=0", *flags],
+        proc = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={base_path}", "--port=0",
+                                 "--rest_api_port=-1", *flags],
                                 cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline, match = time.monotonic() + CHILD_TIMEOUT, None
     while not match and time.monotonic() < deadline and proc.poll() is None:
@@ -145,13 +146,13 @@ def test_status_lists_the_highest_version(server):
     ok = {"error_code": "OK", "error_message": ""}
     want = {"model_version_status": [{"version": "2", "state": "AVAILABLE", "status": ok}]}
     for path in ("/v1/models/elmo", "/v1/models/elmo/versions/2"):
-        status, body, response = request(server.port, "GET", path)
+        status, body, response = request(server.rest_port, "GET", path)
         assert (status, body) == (200, want)
         assert response.getheader("Content-Type") == "application/json"
 
 
 def test_metadata_has_tf_serving_shape(server):
-    status, body, _ = request(server.port, "GET", "/v1/models/elmo/metadata")
+    status, body, _ = request(server.rest_port, "GET", "/v1/models/elmo/metadata")
     assert status == 200
     assert body["model_spec"] == {"name": "elmo", "signature_name": "", "version": "2"}
     defs = body["metadata"]["signature_def"]["signature_def"]
@@ -166,7 +167,7 @@ def test_metadata_has_tf_serving_shape(server):
     assert set(defs["default"]["outputs"]) == outputs
     elmo_dims = [d["size"] for d in defs["default"]["outputs"]["elmo"]["tensor_shape"]["dim"]]
     assert elmo_dims == ["-1", "-1", "32"]
-    assert request(server.port, "GET", "/v1/models/elmo/versions/2/metadata")[1] == body
+    assert request(server.rest_port, "GET", "/v1/models/elmo/versions/2/metadata")[1] == body
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ def test_shortest_float_format_gives_the_same_float32_values(base_path, referenc
     thread = srv.serve_in_background()
     try:
         texts = SENTENCES[:2]
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=CHILD_TIMEOUT)
+        conn = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=CHILD_TIMEOUT)
         conn.request("POST", "/v1/models/elmo:predict", json.dumps({"instances": texts}))
         response = conn.getresponse()
         raw = response.read()
@@ -279,7 +280,7 @@ def test_concurrent_clients_are_batched_and_get_their_own_results(server, refere
 
     def client(i):
         barrier.wait()
-        results[i] = [request(server.port, "POST", "/v1/models/elmo:predict", payload)[:2] for payload, _, _ in jobs[i]]
+        results[i] = [request(server.rest_port, "POST", "/v1/models/elmo:predict", payload)[:2] for payload, _, _ in jobs[i]]
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
     for t in threads:
@@ -318,7 +319,7 @@ def test_single_output_signatures_are_batched_and_cut_per_request(server, refere
 
     def client(i):
         barrier.wait()
-        results[i] = request(server.port, "POST", "/v1/models/elmo:predict", jobs[i][0])[:2]
+        results[i] = request(server.rest_port, "POST", "/v1/models/elmo:predict", jobs[i][0])[:2]
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(len(jobs))]
     for t in threads:
@@ -340,7 +341,7 @@ def test_readme_python_client(server, reference):
     code = block[1].split("\nvectors = ")[0]  # the function, without the call on localhost:8501
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)
-    vectors = namespace["embed"](SENTENCES[:3], server=f"http://127.0.0.1:{server.port}")
+    vectors = namespace["embed"](SENTENCES[:3], server=f"http://127.0.0.1:{server.rest_port}")
     want = direct(reference, "default", text=SENTENCES[:3])["default"]
     np.testing.assert_array_equal(np.asarray(vectors, np.float32), want)
 
@@ -407,12 +408,12 @@ ERRORS = [
 def test_errors(server, method, path, body, status, message):
     if path.startswith(":"):
         path = "/v1/models/elmo" + path
-    got_status, payload, response = request(server.port, method, path, body)
+    got_status, payload, response = request(server.rest_port, method, path, body)
     assert got_status == status, payload
     assert set(payload) == {"error"} and message in payload["error"], payload
     assert "Traceback" not in payload["error"]
     # The server keeps serving.
-    assert request(server.port, "GET", "/v1/models/elmo")[0] == 200
+    assert request(server.rest_port, "GET", "/v1/models/elmo")[0] == 200
 
 
 def raw_exchange(port: int, data: bytes, as_json: bool = True) -> tuple[int, dict | bytes]:
@@ -428,26 +429,26 @@ def raw_exchange(port: int, data: bytes, as_json: bool = True) -> tuple[int, dic
 def test_protocol_errors(server):
     # A predict without Content-Length, or with an empty chunked body, has an empty body, as TF Serving sees it.
     status, body = raw_exchange(
-        server.port, b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        server.rest_port, b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )
     assert status == 400 and body["error"] == "JSON Parse error: The document is empty."
     status, body = raw_exchange(
-        server.port, b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        server.rest_port, b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
     )
     assert status == 400 and body["error"] == "JSON Parse error: The document is empty."
     # An oversized body announced with "Expect: 100-continue" is refused before it is sent.
     status, body = raw_exchange(
-        server.port,
+        server.rest_port,
         b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n"
         b"Expect: 100-continue\r\n\r\n",
     )
     assert status == 413 and "max_request_bytes" in body["error"]
     # A malformed request line is a 400 and an unknown method a 501 (plain pages, not JSON, as in TF Serving).
-    status, _ = raw_exchange(server.port, b"GARBAGE\r\n\r\n", as_json=False)
+    status, _ = raw_exchange(server.rest_port, b"GARBAGE\r\n\r\n", as_json=False)
     assert status == 400
-    status, _ = raw_exchange(server.port, b"BREW /v1/models/elmo HTTP/1.1\r\nHost: x\r\n\r\n", as_json=False)
+    status, _ = raw_exchange(server.rest_port, b"BREW /v1/models/elmo HTTP/1.1\r\nHost: x\r\n\r\n", as_json=False)
     assert status == 501
-    assert request(server.port, "GET", "/v1/models/elmo")[0] == 200
+    assert request(server.rest_port, "GET", "/v1/models/elmo")[0] == 200
 
 
 def test_model_errors_become_400_with_a_clean_message(server):

@@ -365,22 +365,22 @@ def test_http_status_metadata_and_predict_follow_new_versions_and_labels(export,
     thread = server.serve_in_background()
     try:
         add_version(base, 2, export)
-        wait_for(lambda: call(server.port, "GET", "/v1/models/elmo")[1]["model_version_status"][-1]["state"] == "END",
+        wait_for(lambda: call(server.rest_port, "GET", "/v1/models/elmo")[1]["model_version_status"][-1]["state"] == "END",
                  "version 1 unloaded")
         ok = {"error_code": "OK", "error_message": ""}
-        assert call(server.port, "GET", "/v1/models/elmo") == (200, {"model_version_status": [
+        assert call(server.rest_port, "GET", "/v1/models/elmo") == (200, {"model_version_status": [
             {"version": "2", "state": "AVAILABLE", "status": ok}, {"version": "1", "state": "END", "status": ok}]})
-        assert call(server.port, "GET", "/v1/models/elmo/labels/nope")[0] == 200  # status ignores labels
-        status, body = call(server.port, "GET", "/v1/models/elmo/metadata")
+        assert call(server.rest_port, "GET", "/v1/models/elmo/labels/nope")[0] == 200  # status ignores labels
+        status, body = call(server.rest_port, "GET", "/v1/models/elmo/metadata")
         assert status == 200 and body["model_spec"]["version"] == "2"
-        status, body = call(server.port, "POST", "/v1/models/elmo:predict", {"instances": ["the cat sat"]})
+        status, body = call(server.rest_port, "POST", "/v1/models/elmo:predict", {"instances": ["the cat sat"]})
         assert status == 200 and body["predictions"][0]["sequence_len"] == 3
-        status, body = call(server.port, "POST", "/v1/models/other/versions/1:predict", {"instances": ["a b"]})
+        status, body = call(server.rest_port, "POST", "/v1/models/other/versions/1:predict", {"instances": ["a b"]})
         assert status == 200 and body["predictions"][0]["sequence_len"] == 2
         # The label still names version 1, which is unloaded now: 404 as TF Serving's servable manager.
-        assert call(server.port, "POST", "/v1/models/elmo/labels/stable:predict", {"instances": ["a"]}) == (
+        assert call(server.rest_port, "POST", "/v1/models/elmo/labels/stable:predict", {"instances": ["a"]}) == (
             404, {"error": "Servable not found for request: Specific(elmo, 1)"})
-        assert call(server.port, "GET", "/v1/models/elmo/labels/beta/metadata") == (
+        assert call(server.rest_port, "GET", "/v1/models/elmo/labels/beta/metadata") == (
             400, {"error": "Unrecognized servable version label: beta"})
     finally:
         server.stop()
@@ -399,7 +399,8 @@ def test_command_line_with_a_config_file_picks_up_a_new_version(export, tmp_path
     assert f"--model_config_file '{tmp_path / 'none'}' cannot be read" in bad.stderr
     log_path = tmp_path / "serve.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_config_file={config}", "--port=0"],
+        proc = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_config_file={config}", "--port=0",
+                                 "--rest_api_port=-1"],
                                 cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         match = None

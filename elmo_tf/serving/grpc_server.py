@@ -1,0 +1,67 @@
+"""The gRPC server (grpcio): where it listens, its threads and message limits, and its graceful stop.
+
+What each call gets is grpc_api.py. grpcio's server runs each call on a pool of `ServerOptions.threads` threads
+(a call waits there for its batch, as a REST request does); messages up to `max_request_bytes` are accepted (TF
+Serving accepts up to 2 GiB; a larger one gets grpcio's RESOURCE_EXHAUSTED "Received message larger than max"),
+responses are not limited (a client reading per-token vectors of many sentences raises its own
+`grpc.max_receive_message_length`, 4 MiB by default). `stop` refuses new calls (UNAVAILABLE) and lets every
+call already received finish. This is the only module that creates a grpcio server.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Optional
+
+import grpc
+
+from elmo_tf.serving.grpc_api import add_services
+from elmo_tf.serving.metrics import Metrics
+from elmo_tf.serving.registry import ModelRegistry
+
+_STOP_GRACE_S = 3600.0  # how long a stop waits for the calls in flight before cancelling them
+
+
+class GrpcServer:
+    """TF Serving's gRPC API for the models of `registry`.
+
+    Args:
+      registry: the served models (shared with the REST server, if any).
+      host, port: where to listen (port 0: any free port; see `port`). Bound here: an address in use raises OSError.
+      threads: calls handled at once.
+      max_request_bytes: largest request message accepted.
+      metrics: counts Predict calls (TF Serving's series, entrypoint "GRPC").
+      as_tensor_content: predict outputs as `tensor_content` bytes (TF Serving's
+        --enable_serialization_as_tensor_content) instead of the typed value fields.
+    """
+
+    def __init__(self, registry: ModelRegistry, host: str, port: int, *, threads: int, max_request_bytes: int,
+                 metrics: Optional[Metrics] = None, as_tensor_content: bool = False):
+        self._pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="elmo_tf-grpc")
+        self._server = grpc.server(self._pool, options=[
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),  # an address in use is an error, not a second listener
+        ])
+        add_services(self._server, registry, metrics, as_tensor_content)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            self.port = self._server.add_insecure_port(address)
+        except RuntimeError as e:  # grpcio reports a port it cannot bind as RuntimeError
+            raise OSError(f"cannot listen on {address}: {e}") from None
+        if self.port == 0:
+            raise OSError(f"cannot listen on {address} (in use, or not an address of this machine)")
+
+    def start(self) -> None:
+        self._server.start()
+
+    def begin_stop(self) -> threading.Event:
+        """Refuses new calls at once; the event is set once every call already received has been answered (calls
+        still running after an hour are cancelled)."""
+        return self._server.stop(grace=_STOP_GRACE_S)
+
+    def stop(self) -> None:
+        """`begin_stop`, then waits for the calls in flight and frees the threads."""
+        self.begin_stop().wait()
+        self._pool.shutdown(wait=True)

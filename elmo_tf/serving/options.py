@@ -1,0 +1,101 @@
+"""The server's limits and batching (`ServerOptions`), shared by the REST and gRPC doors and the batchers.
+
+The REST-only limits (connections, read and idle timeouts, the request deadline, the float text) are ignored by
+the gRPC door, which takes the client's deadline instead (grpc_api.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Optional
+
+from elmo_tf.serving.batcher import Batcher
+from elmo_tf.serving.json_codec import check_float_format
+from elmo_tf.serving.model import ServedModel
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerOptions:
+    """Limits of the server.
+
+    Attributes:
+      max_batch_size: most sentences per model call (concurrent requests are merged up to it).
+      batch_timeout_ms: how long a batch waits for more requests after its first one (0 = never waits).
+      max_enqueued_batches: queue bound, in batches of `max_batch_size` sentences; beyond it requests get 503.
+      max_request_bytes: largest accepted request body (as sent, before gunzip); larger ones get 413.
+      max_batch_tokens: most token positions (sentences x tokens of the longest) per model call; a request
+        over it gets 413. It bounds the time and memory of one call, which a single long sentence would
+        otherwise make as large as the body allows.
+      timeout_ms: a predict request's deadline from when it is queued (TF Serving's --rest_api_timeout_in_ms):
+        429 if it passes in the queue, 504 during the model call; 0 = none.
+      num_threads: requests handled at once (parsing, waiting for the batcher); 0 = max(4 x CPUs,
+        2 x max_batch_size), so that a full batch can form while another one runs.
+      max_connections: most open connections; more are closed as soon as they are accepted.
+      read_timeout_s: time allowed for a request's headers, and then for its body.
+      idle_timeout_s: time a connection may stay open without a request.
+      float_format: the text of floats in predict responses, "tf_serving" or "shortest" (`RestApi`).
+      batch_by_length: fill batches with queued sentences of similar length (`Batcher`'s group_by_length)
+        instead of in arrival order.
+      grpc_threads: gRPC calls handled at once (TF Serving's --grpc_max_threads); 0 = as `num_threads`.
+      tensor_content: gRPC predict outputs as bytes in `tensor_content` (TF Serving's
+        --enable_serialization_as_tensor_content) rather than in the typed value fields.
+    """
+
+    max_batch_size: int = 64
+    batch_timeout_ms: float = 5.0
+    max_enqueued_batches: int = 32
+    max_request_bytes: int = 8 << 20
+    max_batch_tokens: int = 8192
+    timeout_ms: int = 30000
+    num_threads: int = 0
+    max_connections: int = 10000
+    read_timeout_s: float = 30.0
+    idle_timeout_s: float = 60.0
+    float_format: str = "tf_serving"
+    batch_by_length: bool = True
+    tensor_content: bool = False
+    grpc_threads: int = 0
+
+    def __post_init__(self):
+        for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens",
+                     "max_connections"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1; received {value!r}.")
+        for name in ("timeout_ms", "num_threads", "grpc_threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"`{name}` must be an integer >= 0; received {value!r}.")
+        if not self.batch_timeout_ms >= 0:
+            raise ValueError(f"`batch_timeout_ms` must be >= 0; received {self.batch_timeout_ms!r}.")
+        for name in ("read_timeout_s", "idle_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"`{name}` must be > 0; received {getattr(self, name)!r}.")
+        check_float_format(self.float_format)
+        for name in ("batch_by_length", "tensor_content"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False; received {getattr(self, name)!r}.")
+
+    @property
+    def threads(self) -> int:
+        """`num_threads`, with 0 resolved."""
+        return self.num_threads or max(4 * (os.cpu_count() or 1), 2 * self.max_batch_size)
+
+    @property
+    def grpc_call_threads(self) -> int:
+        """`grpc_threads`, with 0 resolved."""
+        return self.grpc_threads or self.threads
+
+    def make_batcher(self, model: ServedModel, on_batch: Optional[Callable[[int], None]] = None) -> Batcher:
+        """The batcher that runs one loaded model version's requests within these limits (`on_batch`: called with
+        the sentences of each model call, e.g. `Metrics.observe_batch`)."""
+        return Batcher(
+            model.run,
+            max_batch_size=self.max_batch_size,
+            timeout_s=self.batch_timeout_ms / 1000.0,
+            max_queued_rows=self.max_batch_size * self.max_enqueued_batches,
+            max_batch_tokens=self.max_batch_tokens,
+            on_batch=on_batch,
+            group_by_length=self.batch_by_length,
+        )
