@@ -112,20 +112,73 @@ def rss_mb(pid: int) -> float:
         return int(re.search(r"VmRSS:\s+(\d+) kB", f.read())[1]) / 1024.0
 
 
-def start_server(model_dir: str, flags: list[str], timeout_s: float = 300.0) -> tuple[subprocess.Popen, int]:
-    """Starts `python -m elmo_tf.serve --model_dir=... --port=0 FLAGS` and returns it with the port it listens on."""
+def start_server(model_dir: str, flags: list[str], timeout_s: float = 300.0) -> tuple[subprocess.Popen, int, int]:
+    """Starts `python -m elmo_tf.serve --model_dir=... FLAGS` with REST and gRPC on free ports; returns it with
+    (REST port, gRPC port) once both listen."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    server = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={model_dir}", "--port=0",
-                               "--rest_api_port=-1", *flags],
-                              cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={model_dir}", "--port=-1",
+                               "--rest_api_port=-1", *flags], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + timeout_s
-    line = ""
+    line, rest, grpc_port = "", None, None
     for line in server.stderr:
-        match = re.search(r"at http://[^:]+:(\d+)/v1/models/", line)
-        if match:
+        rest = rest or re.search(r"at http://[^:]+:(\d+)/v1/models/", line)
+        grpc_port = grpc_port or re.search(r"gRPC: .* at [^ ]+:(\d+)", line)
+        if rest and grpc_port:
             threading.Thread(target=server.stderr.read, daemon=True).start()  # keep draining the log
-            return server, int(match[1])
+            return server, int(rest[1]), int(grpc_port[1])
         if time.time() > deadline:
             break
     server.kill()
     raise SystemExit(f"The server did not start; its log ended with: {line}")
+
+
+def run_grpc_clients(port: int, clients: int, seconds: float, next_texts: Callable[[int, int], list[str]],
+                     signature: str = "", host: str = "127.0.0.1", stop_when_refused: bool = False,
+                     ) -> tuple[list[Result], float]:
+    """`clients` threads for `seconds`, each on its own gRPC connection (tensorflow-serving-api's stub), sending
+    Predict calls of next_texts(i, k) back to back; a result's status is 200 for OK, else the gRPC code's value.
+    `stop_when_refused`: a client stops after its first UNAVAILABLE (the server has stopped taking calls).
+
+    The responses are received (and parsed by grpcio into their message), not converted to arrays, as the REST
+    clients read the body without decoding it.
+    """
+    import grpc
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    stop_at = time.perf_counter() + seconds
+    per_client: list[list[Result]] = [[] for _ in range(clients)]
+
+    def client(i: int) -> None:
+        channel = grpc.insecure_channel(f"{host}:{port}", options=[("grpc.max_receive_message_length", -1),
+                                                                   ("grpc.use_local_subchannel_pool", 1)])
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        k = 0
+        while time.perf_counter() < stop_at:
+            texts = next_texts(i, k)
+            k += 1
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name = "elmo"
+            request.model_spec.signature_name = signature
+            request.inputs["text"].CopyFrom(tf.make_tensor_proto(np.array([t.encode() for t in texts], dtype=object)))
+            start = time.perf_counter()
+            try:
+                stub.Predict(request, timeout=120)
+                status = 200
+            except grpc.RpcError as e:
+                status = e.code().value[0]
+                if stop_when_refused and e.code() == grpc.StatusCode.UNAVAILABLE:
+                    per_client[i].append(Result("valid", status, time.perf_counter() - start, False, 0))
+                    break
+            tokens = sum(len(t.split()) for t in texts) if status == 200 else 0
+            per_client[i].append(Result("valid", status, time.perf_counter() - start, status == 200, tokens))
+        channel.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for results in per_client for r in results], time.perf_counter() - start

@@ -1,6 +1,7 @@
-"""Load on the REST server: throughput and latency, with thousands of idle connections, and a SIGTERM under load.
+"""Load on the server over REST or gRPC: throughput and latency, with thousands of idle connections, and a SIGTERM.
 
     python benchmarks/serve_load.py [--model_dir=DIR] [--clients=1,8,64] [--seconds=300] [--idle=5000]
+    python benchmarks/serve_load.py --protocol=grpc ...   # the same over gRPC (TF Serving's stubs)
     python benchmarks/serve_load.py --quick           # a few seconds per case (about 3 minutes in all)
     python benchmarks/serve_load.py --port=8501       # a server already running (elmo_tf.serve or
                                                       # tensorflow_model_server); no SIGTERM case then
@@ -8,10 +9,12 @@
 Without --model_dir the tiny test model (tests/fixtures/tiny) is exported to a scratch folder. The server is
 started as `python -m elmo_tf.serve` with room for the idle connections. Each client thread keeps one HTTP/1.1
 connection and sends `{"instances": [...]}` requests of --sentences_per_request sentences (default 1) back to
-back (with `signature_name` when --signature is given). Cases:
+back (with `signature_name` when --signature is given); with --protocol=grpc each client thread keeps one gRPC
+connection and sends Predict calls of the same sentences (the server's metrics are still read over REST). Cases:
 
   load        1, 8, 64 clients: sentences/s, p50/p99 latency, errors, the server's mean batch (its metrics)
-  idle        the same while --idle further connections are open and silent (the open-files limit is raised)
+  idle        the same while --idle further connections are open and silent (the open-files limit is raised;
+              REST only)
   embedder    side by side, --rounds times (the machine's speed drifts; medians are compared): the server under
               the largest --clients for --compare_seconds, then the in-process Embedder (elmo_tf/embedding) on the
               same sentences for as long, in arrival order (the padding of the server's batches) at
@@ -19,7 +22,9 @@ back (with `signature_name` when --signature is given). Cases:
               length (the Embedder's default) at --max_batch_size; the ratios server / Embedder
   sigterm     64 clients, SIGTERM after --sigterm_after seconds: every request sent on an open connection must
               be answered; counted are answered (200 / other), refused connections (after the listening socket
-              closed: never accepted) and requests left without a response (lost), and the exit status
+              closed: never accepted) and requests left without a response (lost), and the exit status. Over gRPC:
+              calls answered OK, and the others by status code (UNAVAILABLE: refused once the server stopped
+              taking calls)
 
 Prints a table and writes benchmarks/results/NAME.json (--name, default serve_load; NAME_quick with --quick).
 """
@@ -28,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import http.client
+
+import grpc
 import json
 import os
 import resource
@@ -45,14 +52,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.common import print_table, save  # noqa: E402
-from benchmarks.serve_clients import PREDICT, Request, latency_ms, rss_mb, run_clients, start_server  # noqa: E402
+from benchmarks.serve_clients import (  # noqa: E402
+    PREDICT,
+    Request,
+    latency_ms,
+    rss_mb,
+    run_clients,
+    run_grpc_clients,
+    start_server,
+)
 
 TINY = os.path.join(ROOT, "tests", "fixtures", "tiny")
 METRICS = "/monitoring/prometheus/metrics"
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 p.add_argument("--model_dir", help="an exported module or base path (default: the tiny test model)")
-p.add_argument("--port", type=int, help="use a server already listening here instead of starting one")
+p.add_argument("--port", type=int, help="use a server already listening here (REST) instead of starting one")
+p.add_argument("--grpc_port", type=int, help="with --port and --protocol=grpc: its gRPC port")
+p.add_argument("--protocol", choices=["rest", "grpc"], default="rest", help="the clients' door")
 p.add_argument("--clients", default="1,8,64")
 p.add_argument("--seconds", type=float, default=300.0, help="per load case")
 p.add_argument("--idle", type=int, default=5000, help="idle connections held open in the idle cases")
@@ -75,15 +92,20 @@ if a.quick:
 SENTENCES = open(a.sentences, encoding="utf-8").read().splitlines()
 
 
-def next_request(client: int, k: int) -> Request:
-    """Client `client`'s k-th request: --sentences_per_request consecutive sentences of the file."""
+def next_texts(client: int, k: int) -> list[str]:
+    """Client `client`'s k-th request's sentences: --sentences_per_request consecutive sentences of the file."""
     first = client + k * a.sentences_per_request
-    texts = [SENTENCES[(first + i) % len(SENTENCES)] for i in range(a.sentences_per_request)]
+    return [SENTENCES[(first + i) % len(SENTENCES)] for i in range(a.sentences_per_request)]
+
+
+def next_request(client: int, k: int) -> Request:
+    """Client `client`'s k-th REST request."""
+    texts = next_texts(client, k)
     body = {"signature_name": a.signature, "instances": texts} if a.signature else {"instances": texts}
     return Request("valid", json.dumps(body).encode(), tokens=sum(len(s.split()) for s in texts))
 
 
-def launch(model_dir: str, scratch: str) -> tuple[subprocess.Popen, int]:
+def launch(model_dir: str, scratch: str) -> tuple[subprocess.Popen, int, int]:
     monitoring = os.path.join(scratch, "monitoring.config")  # for the batch sizes (processed_batch_size)
     with open(monitoring, "w") as f:
         f.write('prometheus_config { enable: true path: "%s" }\n' % METRICS)
@@ -106,18 +128,27 @@ def batch_totals(port: int) -> tuple[float, float]:
     return float(values.get("count", "nan")), float(values.get("sum", "nan"))
 
 
+def clients_run(clients: int, seconds: float):
+    """(results, wall seconds) of `clients` closed-loop clients through --protocol's door."""
+    if a.protocol == "grpc":
+        return run_grpc_clients(GRPC_PORT, clients, seconds, next_texts, a.signature)
+    return run_clients(REST_PORT, clients, seconds, next_request)
+
+
 def load_row(port: int, case: str, clients: int, pid: int | None, seconds: float) -> dict:
     calls_before, rows_before = batch_totals(port)
-    results, wall = run_clients(port, clients, seconds, next_request)
+    results, wall = clients_run(clients, seconds)
     calls_after, rows_after = batch_totals(port)
     calls = calls_after - calls_before
-    return {"case": case, "clients": clients, "requests": len(results), "errors": sum(r.status != 200 for r in results),
+    return {"case": f"{a.protocol}: {case}", "clients": clients, "requests": len(results), "errors": sum(r.status != 200 for r in results),
             "sentences_per_s": a.sentences_per_request * sum(r.status == 200 for r in results) / wall,
             **latency_ms(results),
             "mean_batch": (rows_after - rows_before) / calls if calls > 0 else float("nan"),
             "server_rss_mb": rss_mb(pid) if pid else float("nan")}
 
 
+REST_PORT: int | None = None  # the server's ports (main)
+GRPC_PORT: int | None = None
 _EMBEDDERS: dict = {}
 
 
@@ -163,6 +194,26 @@ def compare_rows(port: int, pid: int | None, model_dir: str, clients: int) -> li
                      "sentences_per_s": statistics.median(values),
                      "server_over_this": f"{server_median / statistics.median(values):.2f}x"})
     return rows
+
+
+def grpc_sigterm_row(server: subprocess.Popen, clients: int) -> dict:
+    """64 gRPC clients, SIGTERM after --sigterm_after s: every call the server took must be answered OK."""
+    results: list = []
+    thread = threading.Thread(target=lambda: results.extend(run_grpc_clients(GRPC_PORT, clients, a.sigterm_after + 15,
+                                                                             next_texts, a.signature,
+                                                                             stop_when_refused=True)[0]))
+    thread.start()
+    time.sleep(a.sigterm_after)
+    server.send_signal(signal.SIGTERM)
+    exit_status = server.wait(timeout=300)
+    thread.join(300)
+    codes: dict[str, int] = {}
+    for r in results:
+        name = "OK" if r.status == 200 else next(c.name for c in grpc.StatusCode if c.value[0] == r.status)
+        codes[name] = codes.get(name, 0) + 1
+    return {"case": f"grpc: SIGTERM after {a.sigterm_after:g} s", "clients": clients, "requests": len(results),
+            "errors": sum(n for c, n in codes.items() if c not in ("OK", "UNAVAILABLE")), "codes": codes,
+            "exit_status": exit_status}
 
 
 def sigterm_row(server: subprocess.Popen, port: int, clients: int) -> dict:
@@ -228,17 +279,21 @@ def main() -> None:
 
         model_dir = export_original(os.path.join(TINY, "options.json"), os.path.join(TINY, "weights.hdf5"),
                                     os.path.join(scratch.name, "module"))
-    port = a.port
+    global REST_PORT, GRPC_PORT
+    port, grpc_port = a.port, a.grpc_port
     if port is None:
-        server, port = launch(model_dir, scratch.name)
+        server, port, grpc_port = launch(model_dir, scratch.name)
+    REST_PORT, GRPC_PORT = port, grpc_port
+    if a.protocol == "grpc" and grpc_port is None:
+        raise SystemExit("--protocol=grpc with --port needs --grpc_port.")
     pid = server.pid if server else None
     load_before = os.getloadavg()
     rows = []
     try:
-        run_clients(port, 2, 2.0, next_request)  # warm-up
+        clients_run(2, 2.0)  # warm-up
         rows += [load_row(port, "load", c, pid, a.seconds) for c in clients]
         skip = set(a.skip.split(","))
-        if "idle" not in skip:
+        if "idle" not in skip and a.protocol == "rest":
             idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(a.idle)]
             time.sleep(1.0)
             rows += [load_row(port, f"{a.idle} idle connections open", c, pid, a.seconds) for c in clients]
@@ -247,7 +302,8 @@ def main() -> None:
         if model_dir is not None and "embedder" not in skip:
             rows += compare_rows(port, pid, model_dir, max(clients))
         if server is not None and "sigterm" not in skip:
-            rows.append(sigterm_row(server, port, max(clients)))
+            rows.append(grpc_sigterm_row(server, max(clients)) if a.protocol == "grpc"
+                        else sigterm_row(server, port, max(clients)))
     finally:
         if server is not None and server.poll() is None:
             server.kill()
@@ -258,7 +314,8 @@ def main() -> None:
                        "requests", "server_rss_mb"])
     for row in rows:
         if "exit_status" in row:
-            print({k: row[k] for k in ("answered_200", "answered_other", "refused", "lost", "lost_errors", "exit_status")})
+            print({k: row[k] for k in ("answered_200", "answered_other", "refused", "lost", "lost_errors", "codes",
+                                       "exit_status") if k in row})
     print("saved", save(f"{a.name}_quick" if a.quick else a.name,
                         {"args": vars(a), "load_average_before": load_before, "rows": rows}))
 

@@ -101,7 +101,9 @@ def next_request(client: int, k: int) -> Request:
 
 
 def launch(model_dir: str) -> tuple[subprocess.Popen, int]:
-    return start_server(model_dir, [f"--max_request_bytes={a.max_request_bytes}", f"--max_batch_tokens={a.max_batch_tokens}"])
+    server, rest_port, _ = start_server(model_dir, [f"--max_request_bytes={a.max_request_bytes}",
+                                                    f"--max_batch_tokens={a.max_batch_tokens}"])
+    return server, rest_port
 
 
 def main() -> int:

@@ -49,7 +49,7 @@ flags.DEFINE_string("model_config_file", None, "TF Serving's text-format ModelSe
 flags.DEFINE_integer("file_system_poll_wait_seconds", 1, "Seconds between looks for new versions under the base "
                      "paths (0 or less: only at startup).", lower_bound=-INT32_MAX - 1, upper_bound=INT32_MAX)
 # Where to listen.
-flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0 = every interface).")
+flags.DEFINE_string("host", "127.0.0.1", "Address both APIs listen on (0.0.0.0 = every interface).")
 flags.DEFINE_integer("port", 8500, "TCP port of the gRPC API (tensorflow.serving.PredictionService and "
                      "ModelService), as tensorflow_model_server's --port; 0 = no gRPC; -1 = any free port (printed "
                      "at start).", lower_bound=-1, upper_bound=65535)
@@ -209,6 +209,9 @@ def main(argv: list[str]) -> None:
     if server.grpc_port is not None:
         logging.info("gRPC: tensorflow.serving.PredictionService and ModelService at %s:%d", FLAGS.host,
                      server.grpc_port)
+    if metrics_path and server.rest_port is None:
+        logging.warning("--monitoring_config_file: the metrics page is served on the REST port, and REST is off "
+                        "(give --rest_api_port).")
     for door, port in (("gRPC", server.grpc_port), ("REST", server.rest_port)):
         if port is None:
             logging.info("%s is off (%s=0).", door, "--port" if door == "gRPC" else "--rest_api_port")

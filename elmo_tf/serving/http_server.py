@@ -186,6 +186,11 @@ class RestServer:
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, name="elmo_tf-http")
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        """Whether its event loop is running (from `start` until it has stopped)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def begin_stop(self) -> None:
         """Stops accepting connections (uvicorn's loop sees it within 0.1 s); the requests received are answered."""
         self._server.should_exit = True

@@ -87,14 +87,20 @@ class ModelServer:
         return self.grpc.port if self.grpc is not None else None
 
     def serve_in_background(self) -> threading.Thread:
-        """Starts both doors and returns a thread that ends once `stop` has finished."""
+        """Starts both doors and returns a thread that ends once `stop` has finished, or if the REST door's event
+        loop ends by itself (a fault; the caller should then `stop`)."""
         if self.grpc is not None:
             self.grpc.start()
         if self.rest is not None:
             self.rest.start()
-        thread = threading.Thread(target=self._stopped.wait, name="elmo_tf-server", daemon=True)
+        thread = threading.Thread(target=self._watch, name="elmo_tf-server", daemon=True)
         thread.start()
         return thread
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(0.5):
+            if self.rest is not None and not self.rest.running:
+                return
 
     def stop(self) -> None:
         """Refuses new calls on both doors, answers the calls received, closes the connections and the batchers."""

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -123,6 +124,30 @@ def test_tokens_predict_with_output_filter(stubs, reference):
     assert_same(outputs_of(response), {k: want[k] for k in ("elmo", "lstm_outputs1")})
 
 
+@pytest.mark.parametrize("array", [
+    np.arange(-3, 4, dtype=np.float32).reshape(7, 1) / 3,
+    np.array([[1e-45, -0.0, np.inf], [np.nan, 3.4e38, 1.0]], np.float32),
+    np.random.default_rng(0).normal(size=(2, 3, 300)),  # float64; more than 127 bytes: a multi-byte length
+    np.zeros((0, 4), np.float32),
+    np.array([3, -1, 2**31 - 1], np.int32),
+    np.array([b"a", b"", "é".encode()], dtype=object),
+])
+def test_output_tensors_are_tf_servings_typed_fields(array):
+    """write_tensor gives the message of appending each value to its field (TF Serving's AsProtoField)."""
+    from tensorflow.core.framework import tensor_pb2
+
+    from elmo_tf.serving.proto_codec import write_tensor
+
+    got = tensor_pb2.TensorProto()
+    write_tensor(got, array)
+    dtype = tf.string if array.dtype == object else tf.as_dtype(array.dtype)
+    want = tensor_pb2.TensorProto(dtype=dtype.as_datatype_enum, tensor_shape=tf.TensorShape(array.shape).as_proto())
+    field = {tf.float32: "float_val", tf.float64: "double_val", tf.int32: "int_val", tf.string: "string_val"}[dtype]
+    getattr(want, field).extend(array.ravel().tolist())
+    assert got.SerializeToString() == want.SerializeToString()
+    np.testing.assert_array_equal(tf.make_ndarray(got), array)
+
+
 def test_inputs_as_typed_value_fields_are_read_too(stubs, reference):
     request = predict_request()
     proto = request.inputs["text"]
@@ -160,6 +185,35 @@ def test_concurrent_calls_share_model_calls_and_get_their_own_results(stubs, ref
         t.join(CHILD_TIMEOUT)
     for texts, got in results:
         assert_same(got, direct(reference, "default", text=texts), tol=1e-5)
+
+
+def test_readme_grpc_client(server, reference):
+    """The README's gRPC client, run as written against this server: per-token `elmo` vectors and the lengths."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(import grpc\n.*?)\n```", readme, re.S)
+    assert block, "the README's gRPC client example is missing"
+    code = block[1].split("\nvectors, lengths = ")[0]  # the function, without the call on localhost:8500
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    vectors, lengths = namespace["embed_tokens"](SENTENCES[:3], server=f"127.0.0.1:{server.grpc_port}")
+    want = direct(reference, "elmo_only", text=SENTENCES[:3])
+    np.testing.assert_array_equal(vectors, want["elmo"])
+    np.testing.assert_array_equal(lengths, want["sequence_len"])
+
+
+def test_serving_md_grpc_calls(server, reference):
+    """docs/SERVING.md's gRPC calls, run as written against this server."""
+    doc = (REPO / "docs" / "SERVING.md").read_text(encoding="utf-8")
+    section = doc.split("## The gRPC calls", 1)[1]
+    code = re.search(r"```python\n(.*?)\n```", section, re.S)[1]
+    namespace: dict = {}
+    exec(compile(code.replace("localhost:8500", f"127.0.0.1:{server.grpc_port}"), "SERVING.md", "exec"), namespace)
+    texts = ["The cat sat on the mat .", "Hello"]
+    np.testing.assert_array_equal(namespace["elmo"], direct(reference, "default", text=texts)["elmo"])
+    assert sorted(namespace["response"].outputs) == ["elmo", "sequence_len"]
+    assert "tokens" in namespace["metadata"].metadata["signature_def"].value.decode("latin-1")
+    assert [v.version for v in namespace["status"].model_version_status] == [2]
+    namespace["channel"].close()
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -398,6 +452,14 @@ def test_new_version_is_picked_up_over_grpc(tmp_path):
 
 # ----------------------------------------------------------------------------------------------------
 # The command: ports, and SIGTERM under gRPC load
+
+
+def test_a_port_in_use_is_an_oserror(model):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError, match="cannot listen on 127.0.0.1:"):
+            serving.ModelServer(model, "127.0.0.1", None, OPTIONS, grpc_port=taken.getsockname()[1])
 
 
 def run_serve(*flags: str) -> subprocess.CompletedProcess:
