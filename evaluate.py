@@ -1,6 +1,6 @@
 """Shows what elmo_tf's embeddings buy: biLMs trained here, sentiment classifiers, ablations, pictures.
 
-    python evaluate.py                 # everything (about 35-40 min on 2 CPU cores; `bash evaluate.sh` sets up the venv)
+    python evaluate.py                 # everything (several hours on 2 CPU cores, the biLMs alone ~2 h; `bash evaluate.sh` sets up the venv)
     python evaluate.py --lm_steps_en=20 --lm_steps_zh=20 --sizes=32,64 --ft_sizes=32 --dev_examples=64 --seeds=0,1 \
         --head_epochs=3 --ft_epochs=1 --run_dir=/tmp/tiny --docs_dir=/tmp/tiny_docs   # a quick smoke run
 
@@ -8,7 +8,7 @@ Stages (each one's outputs are kept in --run_dir and reused when the command is 
   corpus_en/zh  LM corpora from data/ (Chinese re-split into characters) and a held-out sample
   lm_en/zh      a `small` biLM per language (held-out perplexity curve), exported as a hub module (trainable=all)
   w2v_en/zh     gensim word2vec on the same corpus and tokens
-  adapt_<task>  the task's biLM trained on on its unlabelled training texts (domain adaptation, as the paper did),
+  adapt_<task>  the task's biLM trained on its unlabelled training texts (domain adaptation, as the paper did),
                 dev perplexity before and after; exported, with a random-weight biLM of the same shape beside it
   clf_<task>    per task, every variant x seed (evaluation/downstream.py, in a tf_keras process)
   cli_check     python -m elmo_tf.evaluate_classifier on one saved classifier, against the pipeline's number
