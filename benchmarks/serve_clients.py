@@ -43,6 +43,17 @@ class Result:
     tokens: int
 
 
+def _in_threads(client: Callable[[int], None], per_client: list[list[Result]]) -> tuple[list[Result], float]:
+    """Runs client(i) on a thread for each i of `per_client`; returns (every result, wall seconds)."""
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(per_client))]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for results in per_client for r in results], time.perf_counter() - start
+
+
 def run_clients(port: int, clients: int, seconds: float, next_request: Callable[[int, int], Request],
                 host: str = "127.0.0.1") -> tuple[list[Result], float]:
     """`clients` threads for `seconds`; client i sends next_request(i, 0), next_request(i, 1), ...
@@ -81,13 +92,7 @@ def run_clients(port: int, clients: int, seconds: float, next_request: Callable[
             per_client[i].append(Result(request.kind, status, elapsed, as_expected, request.tokens if status == 200 else 0))
         conn.close()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [r for results in per_client for r in results], time.perf_counter() - start
+    return _in_threads(client, per_client)
 
 
 def latency_ms(results: list[Result]) -> dict[str, float]:
@@ -175,10 +180,4 @@ def run_grpc_clients(port: int, clients: int, seconds: float, next_texts: Callab
             per_client[i].append(Result("valid", status, time.perf_counter() - start, status == 200, tokens))
         channel.close()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [r for results in per_client for r in results], time.perf_counter() - start
+    return _in_threads(client, per_client)

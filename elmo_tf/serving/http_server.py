@@ -1,6 +1,6 @@
 """The HTTP layer: connections, timeouts, limits and shutdown, on uvicorn; what each request gets is rest_api.py.
 
-    python -m elmo_tf.serve --model_dir=serving/elmo --port=8501 [--model_name=elmo] [--host=127.0.0.1]
+    python -m elmo_tf.serve --model_dir=serving/elmo --rest_api_port=8501 [--model_name=elmo] [--host=127.0.0.1]
 
 For machines without `tensorflow_model_server`: the same paths, JSON shapes, status codes and error bodies, so
 one client works against both (the routes are listed in rest_api.py, the cases in docs/SERVING.md).
@@ -18,9 +18,9 @@ the model), so no model call blocks the loop. Limits (`ServerOptions`):
   the batcher       `max_batch_size` x `max_enqueued_batches` sentences queued (503 beyond), a deadline per request
                     (`timeout_ms`: 429 while queued, 504 during the model call).
 
-`ModelServer.stop` (SIGTERM / SIGINT in elmo_tf/commands/serve.py) closes the listening socket, answers every
-request already received or arriving within 0.5 s on an open connection (with `Connection: close`), closes
-the connections, then stops the batchers. Each
+`RestServer.begin_stop` / `wait_stopped` (called by server.py's `ModelServer.stop` on SIGTERM / SIGINT) close the
+listening socket, answer every request already received or arriving within 0.5 s on an open connection (with
+`Connection: close`) and close the connections; the batchers are then stopped by `ModelServer`. Each
 request is logged on one line at debug level (`--verbosity=1`). This is the only module that knows about uvicorn.
 """
 
