@@ -23,7 +23,6 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import tensor_pb2
 
 from elmo_tf.errors import ServeError
 from elmo_tf.serving.model import DEFAULT_SIGNATURE, Signature
