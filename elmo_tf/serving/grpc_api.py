@@ -144,12 +144,14 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return response
 
     def Classify(self, request, context):  # noqa: N802
-        return self._api.call(context, "Classify", request.model_spec.name,
-                              lambda: self._not_predict(request, request.model_spec, _CLASSIFY))
+        return self._api.call(context, "Classify", request.model_spec.name, lambda: self._refuse(request, _CLASSIFY))
 
     def Regress(self, request, context):  # noqa: N802
-        return self._api.call(context, "Regress", request.model_spec.name,
-                              lambda: self._not_predict(request, request.model_spec, _REGRESS))
+        return self._api.call(context, "Regress", request.model_spec.name, lambda: self._refuse(request, _REGRESS))
+
+    def _refuse(self, request, method: str):
+        _require_spec(request)
+        return self._not_predict(request.model_spec, method)
 
     def MultiInference(self, request, context):  # noqa: N802
         spec = request.tasks[0].model_spec if request.tasks else None
@@ -163,13 +165,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             if task.method_name not in (_CLASSIFY, _REGRESS):
                 raise ServeError(501, f"Unsupported signature method_name: {task.method_name}")
         task = request.tasks[0]
-        return self._not_predict(None, task.model_spec, task.method_name)
+        return self._not_predict(task.model_spec, task.method_name)
 
-    def _not_predict(self, request, model_spec, method: str):
+    def _not_predict(self, model_spec, method: str):
         """Classify and Regress: TF Serving's signature checks (classifier.cc, regressor.cc), which no elmo_tf
         signature passes; one that did would still not be run."""
-        if request is not None:
-            _require_spec(request)
         version, label = model_spec_version(model_spec)
         with self._api.registry.acquire(model_spec.name, version, label) as loaded:
             name = model_spec.signature_name or DEFAULT_SIGNATURE

@@ -4,8 +4,8 @@ What each call gets is grpc_api.py. grpcio's server runs each call on a pool of 
 (a call waits there for its batch, as a REST request does); messages up to `max_request_bytes` are accepted (TF
 Serving accepts up to 2 GiB; a larger one gets grpcio's RESOURCE_EXHAUSTED "Received message larger than max"),
 responses are not limited (a client reading per-token vectors of many sentences raises its own
-`grpc.max_receive_message_length`, 4 MiB by default). `stop` refuses new calls (UNAVAILABLE) and lets every
-call already received finish. This is the only module that creates a grpcio server.
+`grpc.max_receive_message_length`, 4 MiB by default). `begin_stop` refuses new calls (UNAVAILABLE) and lets
+every call already received finish. This is the only module that creates a grpcio server.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class GrpcServer:
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),  # an address in use is an error, not a second listener
         ])
+        self._stopped: Optional[threading.Event] = None  # set by grpcio once the calls in flight are answered
         add_services(self._server, registry, metrics, as_tensor_content)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
@@ -56,12 +57,18 @@ class GrpcServer:
     def start(self) -> None:
         self._server.start()
 
-    def begin_stop(self) -> threading.Event:
-        """Refuses new calls at once; the event is set once every call already received has been answered (calls
-        still running after an hour are cancelled)."""
-        return self._server.stop(grace=_STOP_GRACE_S)
+    def begin_stop(self) -> None:
+        """Refuses new calls at once; the calls already received go on (calls still running after an hour are
+        cancelled)."""
+        if self._stopped is None:
+            self._stopped = self._server.stop(grace=_STOP_GRACE_S)
+
+    def wait_stopped(self) -> None:
+        """Returns once every call received before `begin_stop` has been answered; frees the threads."""
+        self._stopped.wait()
+        self._pool.shutdown(wait=True)
 
     def stop(self) -> None:
-        """`begin_stop`, then waits for the calls in flight and frees the threads."""
-        self.begin_stop().wait()
-        self._pool.shutdown(wait=True)
+        """`begin_stop`, then `wait_stopped`."""
+        self.begin_stop()
+        self.wait_stopped()

@@ -108,14 +108,11 @@ class ModelServer:
             if self._stopping:
                 return
             self._stopping = True
-        grpc_done = self.grpc.begin_stop() if self.grpc is not None else None
-        if self.rest is not None:
-            self.rest.begin_stop()
+        doors = [door for door in (self.grpc, self.rest) if door is not None]
+        for door in doors:
+            door.begin_stop()
         self.registry.stop_waiting()  # calls in flight need not wait for batch partners any more
-        if grpc_done is not None:
-            grpc_done.wait()
-            self.grpc.stop()
-        if self.rest is not None:
-            self.rest.wait_stopped()
+        for door in doors:
+            door.wait_stopped()
         self.registry.close()
         self._stopped.set()

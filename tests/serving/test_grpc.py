@@ -45,8 +45,10 @@ from tests.serving.test_serve import (  # noqa: E402
     REPO,
     SENTENCES,
     direct,
+    exec_doc_code,
     pad_tokens,
     reference,  # noqa: F401 - a fixture
+    start_serve,
 )
 from tests.shared_builds import reference_export  # noqa: E402
 
@@ -189,12 +191,7 @@ def test_concurrent_calls_share_model_calls_and_get_their_own_results(stubs, ref
 
 def test_readme_grpc_client(server, reference):
     """The README's gRPC client, run as written against this server: per-token `elmo` vectors and the lengths."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"```python\n(import grpc\n.*?)\n```", readme, re.S)
-    assert block, "the README's gRPC client example is missing"
-    code = block[1].split("\nvectors, lengths = ")[0]  # the function, without the call on localhost:8500
-    namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    namespace = exec_doc_code(REPO / "README.md", r"import grpc\n", "vectors, lengths = ")
     vectors, lengths = namespace["embed_tokens"](SENTENCES[:3], server=f"127.0.0.1:{server.grpc_port}")
     want = direct(reference, "elmo_only", text=SENTENCES[:3])
     np.testing.assert_array_equal(vectors, want["elmo"])
@@ -211,7 +208,9 @@ def test_serving_md_grpc_calls(server, reference):
     texts = ["The cat sat on the mat .", "Hello"]
     np.testing.assert_array_equal(namespace["elmo"], direct(reference, "default", text=texts)["elmo"])
     assert sorted(namespace["response"].outputs) == ["elmo", "sequence_len"]
-    assert "tokens" in namespace["metadata"].metadata["signature_def"].value.decode("latin-1")
+    signatures = get_model_metadata_pb2.SignatureDefMap()
+    assert namespace["metadata"].metadata["signature_def"].Unpack(signatures)
+    assert set(signatures.signature_def) == set(reference.signatures) | {"__saved_model_init_op"}
     assert [v.version for v in namespace["status"].model_version_status] == [2]
     namespace["channel"].close()
 
@@ -481,20 +480,12 @@ def test_port_flags_are_checked(base_path, flags, message):
 @pytest.mark.slow
 def test_sigterm_under_grpc_load_answers_every_accepted_call(base_path, reference, tmp_path):
     log_path = tmp_path / "serve.log"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    with open(log_path, "w") as log:  # a 2 s batch window and batches of 4: 16 calls queued or running at SIGTERM
-        proc = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_base_path={base_path}", "--port=-1",
-                                 "--batch_timeout_ms=2000", "--max_batch_size=4"],
-                                cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT)
+    # A 2 s batch window and batches of 4: 16 calls queued or running at SIGTERM.
+    proc, port = start_serve(base_path, log_path, "--batch_timeout_ms=2000", "--max_batch_size=4", door="grpc")
     try:
-        deadline, match = time.monotonic() + CHILD_TIMEOUT, None
-        while not match and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-            match = re.search(r"gRPC: .* at 127\.0\.0\.1:(\d+)", log_path.read_text())
-        assert match, log_path.read_text()
         assert "REST is off (--rest_api_port=0)" in log_path.read_text()
         results: list = [None] * 16
-        with grpc.insecure_channel(f"127.0.0.1:{match.group(1)}") as channel:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
 
             def call(i):

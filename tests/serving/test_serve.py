@@ -111,22 +111,37 @@ def rows_to_columns(predictions: list[dict]) -> dict[str, np.ndarray]:
     return {key: np.array([p[key] for p in predictions]) for key in predictions[0]}
 
 
-def start_serve(base_path, log_path, *flags: str) -> tuple[subprocess.Popen, int]:
-    """`python -m elmo_tf.serve` on `base_path` at a free port (its log in `log_path`), once it listens: (process, port)."""
+# Where the command logs each door's port.
+LISTENING = {"rest": r"at http://127\.0\.0\.1:(\d+)/v1/models/elmo", "grpc": r"gRPC: .* at 127\.0\.0\.1:(\d+)"}
+
+
+def start_serve(base_path, log_path, *flags: str, door: str = "rest") -> tuple[subprocess.Popen, int]:
+    """`python -m elmo_tf.serve` on `base_path` with `door` ("rest" or "grpc", the other one off) at a free port (its
+    log in `log_path`), once it listens: (process, port)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    ports = ["--port=0", "--rest_api_port=-1"] if door == "rest" else ["--port=-1"]
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={base_path}", "--port=0",
-                                 "--rest_api_port=-1", *flags],
+        proc = subprocess.Popen([sys.executable, "-m", "elmo_tf.serve", f"--model_dir={base_path}", *ports, *flags],
                                 cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline, match = time.monotonic() + CHILD_TIMEOUT, None
     while not match and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-        match = re.search(r"at http://127\.0\.0\.1:(\d+)/v1/models/elmo", log_path.read_text())
+        match = re.search(LISTENING[door], log_path.read_text())
     if not match:
         proc.kill()
         proc.wait()
         pytest.fail(f"The server did not start: {log_path.read_text()}")
     return proc, int(match.group(1))
+
+
+def exec_doc_code(path: Path, block: str, until: str) -> dict:
+    """Runs the ```python block of the doc `path` whose code matches `block`, up to the line starting with `until`
+    (the call on a fixed address); returns its namespace."""
+    code = re.search(r"```python\n(" + block + r".*?)\n```", path.read_text(encoding="utf-8"), re.S)
+    assert code, f"{path.name} lacks its example ({block!r})"
+    namespace: dict = {}
+    exec(compile(code[1].split("\n" + until)[0], path.name, "exec"), namespace)
+    return namespace
 
 
 def assert_outputs_equal(got: dict, want: dict[str, np.ndarray], tol: float = 0.0) -> None:
@@ -335,12 +350,7 @@ def test_single_output_signatures_are_batched_and_cut_per_request(server, refere
 
 def test_readme_python_client(server, reference):
     """The README's standard-library client, run as written against this server: one `default` vector per sentence."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"```python\n(import json\nimport urllib.request\n.*?)\n```", readme, re.S)
-    assert block, "the README's Python client example is missing"
-    code = block[1].split("\nvectors = ")[0]  # the function, without the call on localhost:8501
-    namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    namespace = exec_doc_code(REPO / "README.md", r"import json\nimport urllib.request\n", "vectors = ")
     vectors = namespace["embed"](SENTENCES[:3], server=f"http://127.0.0.1:{server.rest_port}")
     want = direct(reference, "default", text=SENTENCES[:3])["default"]
     np.testing.assert_array_equal(np.asarray(vectors, np.float32), want)
