@@ -14,10 +14,15 @@ that requests get 503 (413 for a request that could never fit). A request may ca
 --rest_api_timeout_in_ms, counted from when it is queued): if it passes while the request still waits in the queue,
 the request gets 429 "Run() timeout exceeded while waiting in batching queue"; if it passes during the model call,
 504 (the call itself finishes, its result for that request is dropped).
+
+`predict` blocks its thread until the outputs are there; `submit` queues a request and returns at once, and
+`result` (a thread) or `result_async` (an asyncio event loop, which goes on serving other connections meanwhile)
+waits for it, so a server can wait for thousands of requests on one loop without a thread each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import dataclasses
@@ -65,6 +70,48 @@ class _Task:
     future: concurrent.futures.Future
     enqueued: float
     deadline: Optional[float] = None  # time.monotonic() after which the request is no longer wanted
+
+
+def _running_future() -> concurrent.futures.Future:
+    """A future that cannot be cancelled: its result is set by the batcher's worker, which must never find it
+    cancelled (an asyncio waiter that goes away tries to cancel the future it waits on)."""
+    future = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()
+    return future
+
+
+@dataclasses.dataclass(eq=False)
+class Submitted:
+    """A request queued by `Batcher.submit`: the future of its outputs (or of its ServeError), its parts in the
+    queue (one per model call it needs), and its deadline in seconds from when it was queued (None: none)."""
+
+    future: concurrent.futures.Future
+    tasks: list[_Task]
+    deadline_s: Optional[float]
+
+
+def _joined(tasks: list[_Task]) -> concurrent.futures.Future:
+    """The future of a request's outputs: its one task's, or its tasks' outputs joined (the first error, in order,
+    if any failed) once all are done."""
+    if len(tasks) == 1:
+        return tasks[0].future
+    joined, lock, left = _running_future(), threading.Lock(), [len(tasks)]
+
+    def one_done(_) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        errors = [task.future.exception() for task in tasks if task.future.exception() is not None]
+        if errors:
+            joined.set_exception(errors[0])
+            return
+        results = [task.future.result() for task in tasks]
+        joined.set_result({key: _pad_concat([r[key] for r in results]) for key in results[0]})
+
+    for task in tasks:
+        task.future.add_done_callback(one_done)
+    return joined
 
 
 def _expired(task: "_Task") -> bool:
@@ -140,6 +187,13 @@ class Batcher:
         `deadline_s`: seconds from now within which the outputs are wanted (None: no limit); past it the request
         fails with 429 while still queued, 504 once its model call has started.
         """
+        return self.result(self.submit(signature, inputs, deadline_s))
+
+    def submit(
+        self, signature: Signature, inputs: dict[str, np.ndarray], deadline_s: Optional[float] = None
+    ) -> Submitted:
+        """Queues one request and returns at once; `result` or `result_async` gives its outputs. A request that
+        cannot be queued raises ServeError now (413 too large, 503 queue full or shutting down)."""
         row_tokens = signature.row_tokens(inputs) if self.max_batch_tokens or self._by_length(signature) else None
         if (self.max_batch_tokens and row_tokens is not None and row_tokens.size
                 and row_tokens.size * int(row_tokens.max()) > self.max_batch_tokens):
@@ -160,6 +214,7 @@ class Batcher:
                 f"The request has {rows} rows; at most {self.max_queued_rows} fit in the queue. Send fewer per "
                 "request.",
             )
+        submitted = Submitted(_joined(tasks), tasks, deadline_s)
         with self._cond:
             if self._closed:
                 raise ServeError(503, "The server is shutting down.")
@@ -173,16 +228,44 @@ class Batcher:
             self._queue.extend(tasks)
             self._queued_rows += rows
             self._cond.notify_all()
-        done, waiting = concurrent.futures.wait([task.future for task in tasks], timeout=deadline_s)
-        if waiting:
-            self._expire(tasks, deadline_s)
-        results = [task.future.result() for task in tasks]  # raises the task's ServeError
-        if len(results) == 1:
-            return results[0]
-        return {key: _pad_concat([r[key] for r in results]) for key in results[0]}
+        return submitted
+
+    def result(self, submitted: Submitted) -> dict[str, np.ndarray]:
+        """The outputs of a submitted request, waiting for them on this thread; raises its ServeError."""
+        try:
+            return submitted.future.result(timeout=submitted.deadline_s)
+        except concurrent.futures.TimeoutError:
+            self._expire(submitted.tasks, submitted.deadline_s)
+            return submitted.future.result()
+
+    async def result_async(self, submitted: Submitted) -> dict[str, np.ndarray]:
+        """`result` for a coroutine: awaits the outputs without blocking the event loop (no thread waits). If the
+        coroutine is cancelled (a gRPC client went away), the request's parts still queued are dropped."""
+        future = asyncio.wrap_future(submitted.future)
+        try:
+            if submitted.deadline_s is None:
+                return await future
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), submitted.deadline_s)
+            except asyncio.TimeoutError:
+                self._expire(submitted.tasks, submitted.deadline_s)
+                return await future
+        except asyncio.CancelledError:
+            self._drop_queued(submitted.tasks, ServeError(499, "The request was cancelled."))
+            raise
 
     def _expire(self, tasks: list[_Task], deadline_s: float) -> None:
         """Fails the unfinished tasks of a request whose deadline passed: 429 if still queued, else 504."""
+        if self._drop_queued(tasks, _queue_timeout()):
+            raise ServeError(
+                504,
+                f"Deadline exceeded: the model call did not finish within {1000 * deadline_s:g} ms "
+                "(--rest_api_timeout_in_ms).",
+            )
+
+    def _drop_queued(self, tasks: list[_Task], error: ServeError) -> bool:
+        """Takes a request's tasks that are still queued out of the queue, failing them with `error`; returns
+        whether any other is still running."""
         with self._cond:
             running = False
             for task in tasks:
@@ -191,15 +274,10 @@ class Batcher:
                 if task in self._queue:
                     self._queue.remove(task)
                     self._queued_rows -= task.rows
-                    task.future.set_exception(_queue_timeout())
+                    task.future.set_exception(error)
                 else:
                     running = True
-            if running:
-                raise ServeError(
-                    504,
-                    f"Deadline exceeded: the model call did not finish within {1000 * deadline_s:g} ms "
-                    "(--rest_api_timeout_in_ms).",
-                )
+            return running
 
     def stop_waiting(self) -> None:
         """From now on a batch runs as soon as the worker is free, without waiting for more tasks (shutdown)."""
@@ -227,11 +305,11 @@ class Batcher:
             # One task per sentence, so that batches can be formed of sentences of similar length (_next_batch).
             return [
                 _Task(signature, {key: value[row : row + 1] for key, value in inputs.items()}, 1, columns,
-                      int(row_tokens[row]), concurrent.futures.Future(), now)
+                      int(row_tokens[row]), _running_future(), now)
                 for row in range(rows)
             ]
         if not signature.batchable or rows <= self.max_batch_size:
-            return [_Task(signature, inputs, rows, columns, longest(0, rows), concurrent.futures.Future(), now)]
+            return [_Task(signature, inputs, rows, columns, longest(0, rows), _running_future(), now)]
         return [
             _Task(
                 signature,
@@ -239,7 +317,7 @@ class Batcher:
                 min(self.max_batch_size, rows - start),
                 columns,
                 longest(start, start + self.max_batch_size),
-                concurrent.futures.Future(),
+                _running_future(),
                 now,
             )
             for start in range(0, rows, self.max_batch_size)

@@ -7,14 +7,16 @@ one client works against both (the routes are listed in rest_api.py, the cases i
 
 uvicorn (httptools parser, uvloop) runs one event loop that only moves bytes: HTTP/1.1 keep-alive, chunked and
 `Expect: 100-continue` bodies. Each request body is read whole (at most `max_request_bytes`, else 413; within
-`read_timeout_s`, else 408), then `RestApi.handle` runs on a pool of `num_threads` threads (JSON, the batcher,
-the model), so no model call blocks the loop. Limits (`ServerOptions`):
+`read_timeout_s`, else 408), then `RestApi.handle_async` answers it: a small predict request on the loop itself
+(JSON; it waits for its batch without blocking the loop; the model runs on the batcher's thread), anything else
+on a pool of `num_threads` threads, so no model call or large body blocks the loop. Limits (`ServerOptions`):
 
   max_connections   open connections; one more is accepted and closed at once.
   read_timeout_s    a request's headers, and then its body, must each arrive within it; otherwise the connection
                     is closed (after a 408 for a late body).
   idle_timeout_s    a connection with no request (a new one, or a keep-alive one between requests) is closed.
-  num_threads       requests handled at once; the others wait for a thread (at most one per connection).
+  num_threads       requests handled at once on threads (large predict requests, metadata, status); the others
+                    wait for a thread. Small predict requests need none: the batcher's queue bounds them.
   the batcher       `max_batch_size` x `max_enqueued_batches` sentences queued (503 beyond), a deadline per request
                     (`timeout_ms`: 429 while queued, 504 during the model call).
 
@@ -163,6 +165,7 @@ class RestServer:
         self.api = RestApi(registry, options.timeout_ms, metrics, metrics_path, options.float_format)
         self._socket = _listen(host, port)
         self._pool = concurrent.futures.ThreadPoolExecutor(options.threads, thread_name_prefix="elmo_tf-rest")
+        self._slots = asyncio.Semaphore(options.threads)
         protocol = functools.partial(
             _Protocol,
             max_connections=options.max_connections,
@@ -222,11 +225,15 @@ class RestServer:
         else:
             if body is None:  # the client went away
                 return
-            loop = asyncio.get_running_loop()
-            response = await loop.run_in_executor(self._pool, self.api.handle, method, target, headers, body)
+            async with self._slots:  # num_threads requests at once, the others wait (as for a thread)
+                response = await self.api.handle_async(method, target, headers, body, self._in_pool)
         await self._send(send, response, method)
         logging.debug('%s "%s %s" %d %d bytes %.1f ms', (scope.get("client") or ("-",))[0], method, target,
                       response.status, len(response.body), 1e3 * (time.perf_counter() - started))
+
+    def _in_pool(self, function, *args):
+        """Runs `function(*args)` on the request threads; awaitable from the event loop."""
+        return asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
 
     async def _read_body(self, receive, headers: dict[str, str]) -> Optional[bytes]:
         """The whole body (de-chunked by the parser); ServeError(413) beyond max_request_bytes; None on disconnect."""

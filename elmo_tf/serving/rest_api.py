@@ -20,6 +20,10 @@ be becomes empty, so the client sees TF Serving's 400 "JSON Parse error: The doc
 is {"error": "<message>"} with the status of its ServeError (400, 404, 413; 429 when the model ran out of memory
 or the request's deadline passed in the batching queue, 503 when that queue is full, 504 when the model call
 outlived `timeout_ms`). `handle` blocks (JSON, the model call): the HTTP layer calls it off its event loop.
+`handle_async` answers the same on the event loop: a predict request of at most `INLINE_BODY_BYTES` is decoded
+there, waits for its batch without holding a thread and is encoded there (on `run_in_pool` when its outputs exceed
+`INLINE_OUTPUT_VALUES` values); any other request is `handle` on `run_in_pool`. Answering on the loop saves each
+request two thread hand-offs, which on a busy machine cost more CPU than the HTTP work itself (docs/SERVING.md).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import re
 import time
 import urllib.parse
 import zlib
-from typing import Any, Mapping, Optional
+from typing import Any, Awaitable, Callable, Mapping, Optional
 
 from absl import logging
 
@@ -51,6 +55,10 @@ _STATUS = re.compile(_SPEC.format(name="(?:/([^/:]+))?") + r"(?:/(metadata))?", 
 _ORIGIN = re.compile(r"https?://")
 _MODEL_NAME = re.compile(r"/v1/models/([^/:]+)", re.I)
 _JSON = (("Content-Type", "application/json"),)
+# Predict requests answered on the event loop by `handle_async`: bodies up to this size (larger ones are decoded on a
+# thread), and outputs up to this many values encoded there (beyond, on a thread: the loop stays responsive).
+INLINE_BODY_BYTES = 64 << 10
+INLINE_OUTPUT_VALUES = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,12 +132,44 @@ class RestApi:
         """One request -> its response. `target` is the path with its query string; `headers` have lowercase names."""
         started = time.monotonic()
         response = self._answer(method, target, headers, body)
+        self._observe(method, target, response, started)
+        return response
+
+    async def handle_async(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes,
+        run_in_pool: Callable[..., Awaitable[Any]],
+    ) -> RestResponse:
+        """`handle` for an event loop: the same response. A small predict request is answered on the loop (see the
+        module docstring); anything else is `handle` run by `run_in_pool(function, *args)` (awaitable, off the loop)."""
+        match = _PREDICT.fullmatch(target) if method == "POST" and target != self.metrics_path else None
+        spec = self._model_spec(match) if match and match.group(4) == "predict" else None
+        if spec is None or len(body) > INLINE_BODY_BYTES or "gzip" in headers.get("content-encoding", ""):
+            return await run_in_pool(self.handle, method, target, headers, body)
+        started = time.monotonic()
+        try:
+            with self.registry.acquire(*spec) as loaded:
+                signature, request_format, inputs = parse_predict_request(body, loaded.model.signatures)
+                submitted = loaded.batcher.submit(signature, inputs, deadline_s=self._deadline_s)
+                outputs = await loaded.batcher.result_async(submitted)
+            if sum(value.size for value in outputs.values()) <= INLINE_OUTPUT_VALUES:
+                response = self._predict_response(request_format, outputs)
+            else:
+                response = await run_in_pool(self._predict_response, request_format, outputs)
+        except ServeError as e:
+            response = error_response(e.status, e.message, e.headers)
+        except Exception:  # noqa: BLE001 - never a traceback to the client
+            logging.exception("Request %s %s failed.", method, target)
+            response = error_response(500, "Internal server error; see the server log.")
+        self._observe(method, target, response, started)
+        return response
+
+    def _observe(self, method: str, target: str, response: RestResponse, started: float) -> None:
+        """Counts a /v1/ request in the metrics, if any."""
         if self.metrics is not None and method in KNOWN_METHODS and _V1.fullmatch(target):
             name = _MODEL_NAME.match(target)
             api = "predict" if method == "POST" and _PREDICT.fullmatch(target) else ""
             self.metrics.observe_request(urllib.parse.unquote(name.group(1)) if name else "", api, response.status,
                                          time.monotonic() - started)
-        return response
 
     def _answer(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> RestResponse:
         if self.metrics_path is not None and target.split("?", 1)[0] == self.metrics_path:
@@ -195,9 +235,15 @@ class RestApi:
         return (urllib.parse.unquote(name or ""), None if version is None else int(version),
                 None if label is None else urllib.parse.unquote(label))
 
+    @property
+    def _deadline_s(self) -> Optional[float]:
+        return self.timeout_ms / 1000.0 if self.timeout_ms else None
+
     def _predict(self, name: str, version: Optional[int], label: Optional[str], body: bytes) -> RestResponse:
         with self.registry.acquire(name, version, label) as loaded:
             signature, request_format, inputs = parse_predict_request(body, loaded.model.signatures)
-            deadline_s = self.timeout_ms / 1000.0 if self.timeout_ms else None
-            outputs = loaded.batcher.predict(signature, inputs, deadline_s=deadline_s)
+            outputs = loaded.batcher.predict(signature, inputs, deadline_s=self._deadline_s)
+        return self._predict_response(request_format, outputs)
+
+    def _predict_response(self, request_format: str, outputs: dict) -> RestResponse:
         return RestResponse(200, predict_response_body(request_format, outputs, self.float_format), _JSON)

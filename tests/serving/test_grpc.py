@@ -510,7 +510,7 @@ def test_sigterm_under_grpc_load_answers_every_accepted_call(base_path, referenc
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert all(isinstance(r, tuple) for r in results), results
+    assert all(isinstance(r, tuple) for r in results), [r for r in results if not isinstance(r, tuple)]
     for texts, got in results:
         assert_same(got, direct(reference, "default", text=texts), tol=1e-5)
     log = log_path.read_text()

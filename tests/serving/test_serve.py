@@ -13,6 +13,7 @@ too). The SIGTERM test runs `python -m elmo_tf.serve` as a child process.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import http.client
@@ -589,6 +590,65 @@ def test_batcher_queue_is_bounded():
     with pytest.raises(ServeError) as info:
         batcher.predict(signature, one)
     assert info.value.status == 503 and "shutting down" in info.value.message
+
+
+def test_batcher_result_async_waits_on_an_event_loop():
+    """`submit` + `result_async` on one event loop: several requests wait at once without a thread each and get what
+    `predict` gives (a request split into two model calls joined back); the deadline gives 429 in the queue and 504
+    in the call; a waiter that is cancelled takes its request out of the queue (never run), and the batch it would
+    have joined still answers the others."""
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def run(signature, inputs):
+        calls.append([text.decode() for text in inputs["text"]])
+        if "block" in calls[-1]:
+            started.set()
+            release.wait(CHILD_TIMEOUT)
+        return {"sequence_len": np.array([len(text.split()) for text in inputs["text"]], np.int32)}
+
+    batcher = serving.Batcher(run, max_batch_size=2, timeout_s=0.0, group_by_length=False)
+    signature = fake_signature()
+
+    def texts(*items):
+        return {"text": np.array([t.encode() for t in items], object)}
+
+    async def scenario():
+        blocker = asyncio.ensure_future(batcher.result_async(batcher.submit(signature, texts("block"))))
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        waiting = [batcher.submit(signature, texts("a b", "c d e", "f")),  # 2 model calls, joined
+                   batcher.submit(signature, texts("late"), deadline_s=0.05),  # 429: its deadline passes in the queue
+                   batcher.submit(signature, texts("gone")),  # its waiter is cancelled
+                   batcher.submit(signature, texts("g h"))]
+        futures = [asyncio.ensure_future(batcher.result_async(w)) for w in waiting]
+        await asyncio.sleep(0.2)
+        futures[2].cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        results = await asyncio.gather(blocker, *futures, return_exceptions=True)
+        in_call = batcher.submit(signature, texts("block"), deadline_s=0.1)  # 504: the deadline passes in the call
+        started.clear()
+        release.clear()
+        timer = threading.Timer(0.5, release.set)
+        timer.start()
+        try:
+            await batcher.result_async(in_call)
+        except ServeError as e:
+            results.append(e)
+        timer.join()
+        return results
+
+    blocker, joined, late, gone, last, in_call = asyncio.run(scenario())
+    batcher.close()
+    assert blocker["sequence_len"].tolist() == [1]
+    assert joined["sequence_len"].tolist() == [2, 3, 1]
+    assert isinstance(late, ServeError) and late.status == 429
+    assert isinstance(gone, asyncio.CancelledError)
+    assert last["sequence_len"].tolist() == [2]
+    assert isinstance(in_call, ServeError) and in_call.status == 504
+    assert ["gone"] not in calls and not any("gone" in call for call in calls), calls  # never run
+    assert ["late"] not in calls, calls
+    assert batcher.queued_rows == 0
 
 
 # ----------------------------------------------------------------------------------------------------
