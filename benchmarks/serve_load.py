@@ -15,7 +15,8 @@ connection and sends Predict calls of the same sentences (the server's metrics a
   load        1, 8, 64 clients: sentences/s, p50/p99 latency, errors, the server's mean batch (its metrics)
   idle        the same while --idle further connections are open and silent (the open-files limit is raised;
               REST only)
-  embedder    side by side, --rounds times (the machine's speed drifts; medians are compared): the server under
+  embedder    side by side, --rounds times (the machine's speed drifts; medians are compared; both with
+              --tensorflow_intra_op_parallelism when given): the server under
               the largest --clients for --compare_seconds, then the in-process Embedder (elmo_tf/embedding) on the
               same sentences for as long, in arrival order (the padding of the server's batches) at
               --max_batch_size and at the server's mean batch size of that round (its metrics), and sorted by
@@ -81,6 +82,8 @@ p.add_argument("--sigterm_after", type=float, default=5.0)
 p.add_argument("--sentences", default=os.path.join(TINY, "sentences.txt"))
 p.add_argument("--server_flag", action="append", default=[], help="passed to elmo_tf.serve, e.g. "
                "--server_flag=--rest_api_num_threads=16 (repeatable)")
+p.add_argument("--tensorflow_intra_op_parallelism", type=int, default=0, help="TensorFlow's threads per op, for the "
+               "server (its flag of that name) and the in-process Embedder alike; 0 = TensorFlow's choice")
 p.add_argument("--rounds", type=int, default=3, help="rounds of the server / Embedder comparison")
 p.add_argument("--compare_seconds", type=float, default=60.0, help="per side and round of the comparison")
 p.add_argument("--skip", default="", help="comma-separated cases to leave out: idle, embedder, sigterm")
@@ -111,6 +114,7 @@ def launch(model_dir: str, scratch: str) -> tuple[subprocess.Popen, int, int]:
         f.write('prometheus_config { enable: true path: "%s" }\n' % METRICS)
     return start_server(model_dir, [f"--max_batch_size={a.max_batch_size}", f"--rest_api_max_connections={a.idle + 1024}",
                                     "--rest_api_idle_timeout_s=3600", f"--monitoring_config_file={monitoring}",
+                                    f"--tensorflow_intra_op_parallelism={a.tensorflow_intra_op_parallelism}",
                                     *a.server_flag])
 
 
@@ -272,6 +276,10 @@ def main() -> None:
     if soft < wanted:  # the client holds the idle connections; the server raises its own limit
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
     clients = [int(c) for c in a.clients.split(",")]
+    if a.tensorflow_intra_op_parallelism:  # the Embedder's, as the server's; before TensorFlow first runs here
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(a.tensorflow_intra_op_parallelism)
     server, model_dir = None, a.model_dir
     scratch = tempfile.TemporaryDirectory(prefix="serve_load_")
     if a.port is None and model_dir is None:

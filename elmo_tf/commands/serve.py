@@ -90,8 +90,15 @@ flags.DEFINE_integer("grpc_max_threads", 0, "gRPC calls handled at once; 0 = as 
 flags.DEFINE_integer("rest_api_timeout_in_ms", 30000, "A predict request's deadline from when it is queued, as in "
                      "TF Serving: 429 if it passes while queued, 504 during the model call; 0 = none.", lower_bound=0,
                      upper_bound=INT32_MAX)
-flags.DEFINE_integer("rest_api_num_threads", 0, "Requests handled at once (parsing, waiting for the batcher); "
+flags.DEFINE_integer("rest_api_num_threads", 0, "REST requests handled at once, the others wait (and threads for "
+                     "those not answered on the event loop: large predict bodies, metadata, status); "
                      "0 = max(4 x CPUs, 2 x max_batch_size).", lower_bound=0, upper_bound=65536)
+# TensorFlow's threads, as tensorflow_model_server's flags of the same names.
+flags.DEFINE_integer("tensorflow_intra_op_parallelism", 0, "Threads one TensorFlow op may use; 0 = TensorFlow's "
+                     "choice (the number of cores). 1 runs each op on one thread: faster for the small preset on "
+                     "few cores (docs/SERVING.md).", lower_bound=0, upper_bound=65536)
+flags.DEFINE_integer("tensorflow_inter_op_parallelism", 0, "Threads running independent TensorFlow ops at once; 0 = "
+                     "TensorFlow's choice (the number of cores).", lower_bound=0, upper_bound=65536)
 flags.DEFINE_integer("rest_api_max_connections", 10000, "Most open connections; more are closed when accepted. The "
                      "open-files limit is raised to fit it when the hard limit allows.", lower_bound=1,
                      upper_bound=1_000_000)
@@ -176,6 +183,11 @@ def main(argv: list[str]) -> None:
         logging.error("%s", e)
         raise SystemExit(2) from None
     tf.get_logger().setLevel("WARNING")
+    # Before any model is loaded: TensorFlow fixes its thread pools when it first runs.
+    if FLAGS.tensorflow_intra_op_parallelism:
+        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.tensorflow_intra_op_parallelism)
+    if FLAGS.tensorflow_inter_op_parallelism:
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.tensorflow_inter_op_parallelism)
     registry = None
     metrics = Metrics(queue_depth=lambda: sum(v.batcher.queued_rows for v in registry.loaded()) if registry else 0)
     try:

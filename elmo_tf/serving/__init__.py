@@ -1,4 +1,4 @@
-"""TF Serving's REST API for an exported module, on TensorFlow and uvicorn.
+"""TF Serving's REST and gRPC APIs for an exported module, on TensorFlow, uvicorn and grpcio.
 
 One job per module:
 

@@ -1,6 +1,6 @@
 """TF Serving's gRPC contract: `tensorflow.serving.PredictionService` and `ModelService` on a `ModelRegistry`.
 
-    server = grpc.aio.server(...)
+    server = grpc.server(...)
     add_services(server, registry, metrics=metrics)
 
 The messages are tensorflow-serving-api's, so a client built from its stubs talks to this server as to
@@ -27,18 +27,12 @@ than 1024 characters is cut and ends in "...TRUNCATED", as TF Serving's ToGRPCSt
 Regress and MultiInference are counted in the metrics (`request_count` by status; `request_latency` with
 API "Predict", ..., entrypoint "GRPC"), as in TF Serving's prediction_service_impl.cc; metadata and status
 requests are not, as there. This module knows grpcio's servicer interface, not sockets (grpc_server.py).
-
-The methods are coroutines for grpcio's asyncio server: a Predict call decodes its request, waits for its batch
-(`Batcher.result_async`, no thread held) and encodes its response on the server's event loop; the model runs on
-the batcher's thread. A call the client cancels (or whose deadline cancels it) leaves the queue.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import grpc
 from absl import logging
@@ -60,7 +54,6 @@ from elmo_tf.serving.status_codes import status_code_name
 
 SIGNATURE_DEF = "signature_def"  # the one metadata field TF Serving serves (GetModelMetadataImpl::kSignatureDef)
 _MAX_MESSAGE = 1024  # TF Serving's ToGRPCStatus cuts longer error messages
-_DEADLINE_MARGIN_S = 0.01
 _CLASSIFY = "tensorflow/serving/classify"
 _REGRESS = "tensorflow/serving/regress"
 
@@ -82,37 +75,32 @@ def _require_spec(request) -> None:
 class _Api:
     """What the two services share: the registry, the metrics, and how a call's errors become gRPC statuses."""
 
-    def __init__(self, registry: ModelRegistry, metrics: Optional[Metrics], as_tensor_content: bool, max_calls: int):
+    def __init__(self, registry: ModelRegistry, metrics: Optional[Metrics], as_tensor_content: bool):
         self.registry = registry
         self.metrics = metrics
         self.as_tensor_content = as_tensor_content
-        self._slots = asyncio.Semaphore(max_calls)  # calls handled at once; the others wait for a slot
 
-    async def call(self, context: grpc.aio.ServicerContext, api: Optional[str], model_name: str,
-                   answer: Callable[[], Any]):
-        """Runs `answer` (a function, or a coroutine function); a ServeError (or any failure) becomes the call's
-        status. `api`: counted in the metrics under that name (None: not counted), before the status is sent."""
+    def call(self, context: grpc.ServicerContext, api: Optional[str], model_name: str, answer: Callable[[], object]):
+        """Runs `answer`; a ServeError (or any failure) becomes the call's status. `api`: counted in the metrics under
+        that name (None: not counted)."""
         started = time.monotonic()
-        status, code, abort = 200, None, None
+        status, code = 200, None
         try:
-            async with self._slots:
-                result = answer()
-                return await result if inspect.isawaitable(result) else result
+            return answer()
         except ServeError as e:
             status, code = e.status, e.code
-            abort = (grpc_code(e), _message(e.message))
-        except asyncio.CancelledError:  # the client went away or its deadline passed
-            status = 499
-            raise
+            context.abort(grpc_code(e), _message(e.message))
         except Exception:  # noqa: BLE001 - never a traceback to the client
+            if not context.is_active():  # the client went away or its deadline passed
+                status = 499
+                raise
             logging.exception("gRPC %s failed.", api or "call")
             status = 500
-            abort = (grpc.StatusCode.INTERNAL, "Internal server error; see the server log.")
+            context.abort(grpc.StatusCode.INTERNAL, "Internal server error; see the server log.")
         finally:
             if api is not None and self.metrics is not None:
                 self.metrics.observe_request(model_name, api, status, time.monotonic() - started, entrypoint="GRPC",
                                              code=code)
-        await context.abort(*abort)
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
@@ -121,27 +109,24 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, api: _Api):
         self._api = api
 
-    async def Predict(self, request, context):  # noqa: N802 - the gRPC method's name
-        return await self._api.call(context, "Predict", request.model_spec.name,
-                                    lambda: self._predict(request, context))
+    def Predict(self, request, context):  # noqa: N802 - the gRPC method's name
+        return self._api.call(context, "Predict", request.model_spec.name, lambda: self._predict(request, context))
 
-    async def _predict(self, request, context):
+    def _predict(self, request, context):
         _require_spec(request)
         version, label = model_spec_version(request.model_spec)
         response = predict_pb2.PredictResponse()
         with self._api.registry.acquire(request.model_spec.name, version, label) as loaded:
             signature, inputs, aliases = parse_predict_request(request, loaded.model.signatures)
             remaining = context.time_remaining()  # None: the client set no deadline
-            # The batcher gives up a moment before grpcio cancels the call, so the client gets TF Serving's status.
-            deadline_s = None if remaining is None else max(0.0, remaining - _DEADLINE_MARGIN_S)
-            submitted = loaded.batcher.submit(signature, inputs, deadline_s=deadline_s)
-            outputs = await loaded.batcher.result_async(submitted)
+            deadline_s = None if remaining is None else max(0.0, remaining)
+            outputs = loaded.batcher.predict(signature, inputs, deadline_s=deadline_s)
             fill_predict_response(response, request.model_spec.name, loaded.version, signature, outputs, aliases,
                                   self._api.as_tensor_content)
         return response
 
-    async def GetModelMetadata(self, request, context):  # noqa: N802
-        return await self._api.call(context, None, request.model_spec.name, lambda: self._metadata(request))
+    def GetModelMetadata(self, request, context):  # noqa: N802
+        return self._api.call(context, None, request.model_spec.name, lambda: self._metadata(request))
 
     def _metadata(self, request):
         _require_spec(request)
@@ -158,19 +143,19 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             response.metadata[SIGNATURE_DEF].Pack(loaded.model.signature_defs)
         return response
 
-    async def Classify(self, request, context):  # noqa: N802
-        return await self._api.call(context, "Classify", request.model_spec.name, lambda: self._refuse(request, _CLASSIFY))
+    def Classify(self, request, context):  # noqa: N802
+        return self._api.call(context, "Classify", request.model_spec.name, lambda: self._refuse(request, _CLASSIFY))
 
-    async def Regress(self, request, context):  # noqa: N802
-        return await self._api.call(context, "Regress", request.model_spec.name, lambda: self._refuse(request, _REGRESS))
+    def Regress(self, request, context):  # noqa: N802
+        return self._api.call(context, "Regress", request.model_spec.name, lambda: self._refuse(request, _REGRESS))
 
     def _refuse(self, request, method: str):
         _require_spec(request)
         return self._not_predict(request.model_spec, method)
 
-    async def MultiInference(self, request, context):  # noqa: N802
+    def MultiInference(self, request, context):  # noqa: N802
         spec = request.tasks[0].model_spec if request.tasks else None
-        return await self._api.call(context, "MultiInference", spec.name if spec else "",
+        return self._api.call(context, "MultiInference", spec.name if spec else "",
                               lambda: self._multi_inference(request))
 
     def _multi_inference(self, request):
@@ -210,8 +195,8 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     def __init__(self, api: _Api):
         self._api = api
 
-    async def GetModelStatus(self, request, context):  # noqa: N802
-        return await self._api.call(context, None, request.model_spec.name, lambda: self._status(request))
+    def GetModelStatus(self, request, context):  # noqa: N802
+        return self._api.call(context, None, request.model_spec.name, lambda: self._status(request))
 
     def _status(self, request):
         _require_spec(request)
@@ -220,8 +205,8 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
         status = self._api.registry.status(spec.name, version)
         return json_format.ParseDict(status, get_model_status_pb2.GetModelStatusResponse())
 
-    async def HandleReloadConfigRequest(self, request, context):  # noqa: N802
-        return await self._api.call(context, None, "", self._reload)
+    def HandleReloadConfigRequest(self, request, context):  # noqa: N802
+        return self._api.call(context, None, "", self._reload)
 
     @staticmethod
     def _reload():
@@ -229,10 +214,10 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
                               "--model_config_file (new versions under a base path are picked up without a restart).")
 
 
-def add_services(server: grpc.aio.Server, registry: ModelRegistry, metrics: Optional[Metrics] = None,
-                 as_tensor_content: bool = False, max_calls: int = 128) -> None:
-    """Adds PredictionService and ModelService for `registry` to a grpcio asyncio server. `as_tensor_content`: outputs as
-    bytes in `tensor_content` instead of the typed value fields (TF Serving's --enable_serialization_as_tensor_content). `max_calls`: calls handled at once, the others wait."""
-    api = _Api(registry, metrics, as_tensor_content, max_calls)
+def add_services(server: grpc.Server, registry: ModelRegistry, metrics: Optional[Metrics] = None,
+                 as_tensor_content: bool = False) -> None:
+    """Adds PredictionService and ModelService for `registry` to a grpcio server. `as_tensor_content`: outputs as
+    bytes in `tensor_content` instead of the typed value fields (TF Serving's --enable_serialization_as_tensor_content)."""
+    api = _Api(registry, metrics, as_tensor_content)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(api), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(api), server)

@@ -29,8 +29,9 @@ class ServerOptions:
         otherwise make as large as the body allows.
       timeout_ms: a predict request's deadline from when it is queued (TF Serving's --rest_api_timeout_in_ms):
         429 if it passes in the queue, 504 during the model call; 0 = none.
-      num_threads: requests handled at once (parsing, waiting for the batcher); 0 = max(4 x CPUs,
-        2 x max_batch_size), so that a full batch can form while another one runs.
+      num_threads: REST requests handled at once, the others wait (small predict requests wait for their batch
+        on the event loop, the others on this many threads); 0 = max(4 x CPUs, 2 x max_batch_size), so that a
+        full batch can form while another one runs.
       max_connections: most open connections; more are closed as soon as they are accepted.
       read_timeout_s: time allowed for a request's headers, and then for its body.
       idle_timeout_s: time a connection may stay open without a request.

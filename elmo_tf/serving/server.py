@@ -61,7 +61,7 @@ class ModelServer:
         self.grpc: Optional[GrpcServer] = None
         try:
             if grpc_port is not None:
-                self.grpc = GrpcServer(self.registry, host, grpc_port, max_calls=options.grpc_call_threads,
+                self.grpc = GrpcServer(self.registry, host, grpc_port, threads=options.grpc_call_threads,
                                        max_request_bytes=options.max_request_bytes, metrics=metrics,
                                        as_tensor_content=options.tensor_content)
             if rest_port is not None:

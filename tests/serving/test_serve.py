@@ -681,6 +681,26 @@ def test_resolve_model_dir(tmp_path):
 # The command line: clean shutdown on SIGTERM
 
 
+@pytest.mark.slow  # a server process (~12 s)
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads thread names from Linux's /proc")
+def test_tensorflow_thread_flags_reach_tensorflow(base_path, reference, tmp_path):
+    """--tensorflow_inter_op_parallelism sizes TensorFlow's pool for independent ops (its threads are named
+    tf_Compute; 3 differs from this machine's default, the number of cores, unless it has 3); with
+    --tensorflow_intra_op_parallelism=1 as well, the answers are still the SavedModel's."""
+    log_path = tmp_path / "serve.log"
+    proc, port = start_serve(base_path, log_path, "--tensorflow_intra_op_parallelism=1",
+                             "--tensorflow_inter_op_parallelism=3")
+    try:
+        status, body = request(port, "POST", "/v1/models/elmo:predict", {"instances": [SENTENCES[0]]})[:2]
+        names = [Path(f"/proc/{proc.pid}/task/{tid}/comm").read_text().strip() for tid in os.listdir(f"/proc/{proc.pid}/task")]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert status == 200, body
+    assert_outputs_equal(rows_to_columns(body["predictions"]), direct(reference, "default", text=[SENTENCES[0]]), BATCH_TOL)
+    assert names.count("tf_Compute") == 3, names
+
+
 @pytest.mark.slow
 def test_sigterm_finishes_requests_in_flight_and_exits_0(base_path, reference, tmp_path):
     log_path = tmp_path / "serve.log"
