@@ -682,6 +682,7 @@ def test_resolve_model_dir(tmp_path):
 
 
 @pytest.mark.slow  # a server process (~12 s)
+@pytest.mark.slow  # a server process (~12 s)
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads thread names from Linux's /proc")
 def test_tensorflow_thread_flags_reach_tensorflow(base_path, reference, tmp_path):
     """--tensorflow_inter_op_parallelism sizes TensorFlow's pool for independent ops (its threads are named
