@@ -240,7 +240,8 @@ class Batcher:
 
     async def result_async(self, submitted: Submitted) -> dict[str, np.ndarray]:
         """`result` for a coroutine: awaits the outputs without blocking the event loop (no thread waits). If the
-        coroutine is cancelled (a gRPC client went away), the request's parts still queued are dropped."""
+        coroutine is cancelled (its loop shuts down, or its caller gives up), the request's parts still queued are
+        dropped rather than run for nobody."""
         future = asyncio.wrap_future(submitted.future)
         try:
             if submitted.deadline_s is None:

@@ -15,8 +15,8 @@ on a pool of `num_threads` threads, so no model call or large body blocks the lo
   read_timeout_s    a request's headers, and then its body, must each arrive within it; otherwise the connection
                     is closed (after a 408 for a late body).
   idle_timeout_s    a connection with no request (a new one, or a keep-alive one between requests) is closed.
-  num_threads       requests handled at once on threads (large predict requests, metadata, status); the others
-                    wait for a thread. Small predict requests need none: the batcher's queue bounds them.
+  num_threads       requests handled at once, the others wait their turn; small predict requests hold no thread
+                    while they wait for their batch, the others (large bodies, metadata, status) run on this many.
   the batcher       `max_batch_size` x `max_enqueued_batches` sentences queued (503 beyond), a deadline per request
                     (`timeout_ms`: 429 while queued, 504 during the model call).
 
