@@ -1,7 +1,9 @@
 """TF Serving's gRPC contract: `tensorflow.serving.PredictionService` and `ModelService` on a `ModelRegistry`.
 
     server = grpc.server(...)
-    add_services(server, registry, metrics=metrics)
+    services = add_services(server, registry, metrics=metrics)
+    ...
+    services.refuse_new_calls(); services.drain(f"127.0.0.1:{port}", 10.0); server.stop(grace)
 
 The messages are tensorflow-serving-api's, so a client built from its stubs talks to this server as to
 `tensorflow_model_server`. Each method, and where TF Serving's source says what it does (the cases are listed in
@@ -31,6 +33,8 @@ requests are not, as there. This module knows grpcio's servicer interface, not s
 
 from __future__ import annotations
 
+import secrets
+import threading
 import time
 from typing import Callable, Optional
 
@@ -40,8 +44,10 @@ from google.protobuf import json_format
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
+    model_service_pb2,
     model_service_pb2_grpc,
     predict_pb2,
+    prediction_service_pb2,
     prediction_service_pb2_grpc,
 )
 
@@ -54,6 +60,8 @@ from elmo_tf.serving.status_codes import status_code_name
 
 SIGNATURE_DEF = "signature_def"  # the one metadata field TF Serving serves (GetModelMetadataImpl::kSignatureDef)
 _MAX_MESSAGE = 1024  # TF Serving's ToGRPCStatus cuts longer error messages
+_PROBE_KEY = "elmo-tf-drain-probe"  # the metadata key of Services.drain's probe calls
+_PROBE_ANSWER = "drain probe"  # the UNAVAILABLE message a probe gets
 _CLASSIFY = "tensorflow/serving/classify"
 _REGRESS = "tensorflow/serving/regress"
 
@@ -73,34 +81,53 @@ def _require_spec(request) -> None:
 
 
 class _Api:
-    """What the two services share: the registry, the metrics, and how a call's errors become gRPC statuses."""
+    """What the two services share: the registry, the metrics, how a call's errors become gRPC statuses, and the
+    count of calls being answered or refused (for `Services.drain`)."""
 
     def __init__(self, registry: ModelRegistry, metrics: Optional[Metrics], as_tensor_content: bool):
         self.registry = registry
         self.metrics = metrics
         self.as_tensor_content = as_tensor_content
+        self.probe = (_PROBE_KEY, secrets.token_hex(16))  # the metadata of drain probes (only this server's)
+        self.lock = threading.Condition()
+        self.answering = 0  # calls being answered
+        self.refused = 0  # calls refused since refusing began (probes not counted)
+        self.refusing = False
 
     def call(self, context: grpc.ServicerContext, api: Optional[str], model_name: str, answer: Callable[[], object]):
         """Runs `answer`; a ServeError (or any failure) becomes the call's status. `api`: counted in the metrics under
         that name (None: not counted)."""
         started = time.monotonic()
         status, code = 200, None
+        with self.lock:
+            refused = self.refusing
+            if not refused:
+                self.answering += 1
+        probe = refused and self.probe in context.invocation_metadata()
+        if refused and not probe:
+            with self.lock:
+                self.refused += 1
         try:
+            if refused:
+                raise ServeError(503, _PROBE_ANSWER if probe else "The server is shutting down.")
             return answer()
         except ServeError as e:
             status, code = e.status, e.code
-            context.abort(grpc_code(e), _message(e.message))
-        except Exception:  # noqa: BLE001 - never a traceback to the client
-            if not context.is_active():  # the client went away or its deadline passed
-                status = 499
-                raise
-            logging.exception("gRPC %s failed.", api or "call")
+            context.abort(grpc_code(e), _message(str(e)))
+        except grpc.RpcError:
+            raise  # context.abort's own exception
+        except Exception as e:  # noqa: BLE001 - any failure is the call's INTERNAL status, never a dead call
             status = 500
-            context.abort(grpc.StatusCode.INTERNAL, "Internal server error; see the server log.")
+            logging.exception("gRPC %s failed", api or "call")
+            context.abort(grpc.StatusCode.INTERNAL, _message(f"{type(e).__name__}: {e}"))
         finally:
-            if api is not None and self.metrics is not None:
+            if api is not None and self.metrics is not None and not probe:
                 self.metrics.observe_request(model_name, api, status, time.monotonic() - started, entrypoint="GRPC",
                                              code=code)
+            if not refused:
+                with self.lock:
+                    self.answering -= 1
+                    self.lock.notify_all()
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
@@ -214,10 +241,64 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
                               "--model_config_file (new versions under a base path are picked up without a restart).")
 
 
+class Services:
+    """PredictionService and ModelService on a registry, as added to a grpcio server by `add_services`.
+
+    Stopping: grpcio's `server.stop` makes grpc's core cancel (CANCELLED, not UNAVAILABLE) every call that has
+    reached it but that grpcio's poller thread has not yet taken, which on a busy server can be most of the calls
+    clients just sent, and a client cannot tell whether a cancelled call ran. So `refuse_new_calls`, then `drain`,
+    then `server.stop`.
+    """
+
+    def __init__(self, api: _Api):
+        self._api = api
+
+    def refuse_new_calls(self) -> None:
+        """From now on every call is answered UNAVAILABLE at once; the calls already being answered go on."""
+        with self._api.lock:
+            self._api.refusing = True
+
+    def drain(self, target: str, most_s: float) -> None:
+        """Returns once no call waits in grpc's core any more and every call taken has been answered, or after
+        `most_s` if calls go on arriving (call after `refuse_new_calls`). `target`: this server's address.
+
+        grpcio takes the calls waiting in core in arrival order, so a probe call sent to each method (to this
+        server, recognised by a secret in its metadata) comes back once every call that arrived before it has been
+        taken; rounds of probes go on until one round took no call, i.e. until none arrived during the last round.
+        """
+        api = self._api
+        give_up = time.monotonic() + most_s
+        with grpc.insecure_channel(target) as channel:
+            methods = [channel.unary_unary(m, request_serializer=None, response_deserializer=None) for m in _METHODS]
+            while True:
+                refused = api.refused
+                probes = [m.future(b"", timeout=max(0.0, give_up - time.monotonic()), metadata=(api.probe,))
+                          for m in methods]
+                for probe in probes:
+                    if probe.code() != grpc.StatusCode.UNAVAILABLE or probe.details() != _PROBE_ANSWER:
+                        if give_up > 0.0:
+                            logging.warning("Stopping the gRPC server with calls possibly still waiting: a drain "
+                                            "probe to %s came back %s (%s).", target, probe.code().name,
+                                            probe.details())
+                        give_up = 0.0
+                with api.lock:
+                    while api.answering:
+                        api.lock.wait()
+                if api.refused == refused or time.monotonic() >= give_up:
+                    return
+
+
+_METHODS = [f"/{service.full_name}/{method.name}"  # every method of the two services, each probed by a drain
+            for module in (prediction_service_pb2, model_service_pb2)
+            for service in module.DESCRIPTOR.services_by_name.values() for method in service.methods]
+
+
 def add_services(server: grpc.Server, registry: ModelRegistry, metrics: Optional[Metrics] = None,
-                 as_tensor_content: bool = False) -> None:
+                 as_tensor_content: bool = False) -> Services:
     """Adds PredictionService and ModelService for `registry` to a grpcio server. `as_tensor_content`: outputs as
-    bytes in `tensor_content` instead of the typed value fields (TF Serving's --enable_serialization_as_tensor_content)."""
+    bytes in `tensor_content` instead of the typed value fields (TF Serving's --enable_serialization_as_tensor_content).
+    The returned `Services` stop them (see there) before the server stops."""
     api = _Api(registry, metrics, as_tensor_content)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(api), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(api), server)
+    return Services(api)

@@ -5,7 +5,8 @@ What each call gets is grpc_api.py. grpcio's server runs each call on a pool of 
 Serving accepts up to 2 GiB; a larger one gets grpcio's RESOURCE_EXHAUSTED "Received message larger than max"),
 responses are not limited (a client reading per-token vectors of many sentences raises its own
 `grpc.max_receive_message_length`, 4 MiB by default). `begin_stop` refuses new calls (UNAVAILABLE) and lets
-every call already received finish. This is the only module that creates a grpcio server.
+every call already received finish; `wait_stopped` then stops grpcio's server without cancelling any call. This is
+the only module that creates a grpcio server.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from elmo_tf.serving.metrics import Metrics
 from elmo_tf.serving.registry import ModelRegistry
 
 _STOP_GRACE_S = 3600.0  # how long a stop waits for the calls in flight before cancelling them
+_DRAIN_MOST_S = 10.0  # the longest a stop refuses calls before stopping if clients go on calling
+_WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"}  # host -> an address to call it
 
 
 class GrpcServer:
@@ -45,8 +48,10 @@ class GrpcServer:
             ("grpc.so_reuseport", 0),  # an address in use is an error, not a second listener
         ])
         self._stopped: Optional[threading.Event] = None  # set by grpcio once the calls in flight are answered
-        add_services(self._server, registry, metrics, as_tensor_content)
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._host = host
+        self._started = False
+        self._services = add_services(self._server, registry, metrics, as_tensor_content)
+        address = _address(host, port)
         try:
             self.port = self._server.add_insecure_port(address)
         except RuntimeError as e:  # grpcio reports a port it cannot bind as RuntimeError
@@ -56,15 +61,24 @@ class GrpcServer:
 
     def start(self) -> None:
         self._server.start()
+        self._started = True
 
     def begin_stop(self) -> None:
-        """Refuses new calls at once; the calls already received go on (calls still running after an hour are
-        cancelled)."""
-        if self._stopped is None:
-            self._stopped = self._server.stop(grace=_STOP_GRACE_S)
+        """Refuses new calls at once (UNAVAILABLE); the calls already received go on."""
+        self._services.refuse_new_calls()
 
     def wait_stopped(self) -> None:
-        """Returns once every call received before `begin_stop` has been answered; frees the threads."""
+        """Returns once every call received before `begin_stop` has been answered and the server has stopped (calls
+        still running after an hour are cancelled); frees the threads.
+
+        Calls that reach grpc's core while the server is busy wait there for grpcio's poller thread, and grpc's core
+        cancels those it still holds when the server stops; so the server is stopped only once `Services.drain` has
+        taken them all (answered UNAVAILABLE, so a client knows its call did not run). Clients that go on calling
+        are refused for at most `_DRAIN_MOST_S`."""
+        if self._stopped is None:
+            if self._started:
+                self._services.drain(_address(_WILDCARDS.get(self._host, self._host), self.port), _DRAIN_MOST_S)
+            self._stopped = self._server.stop(grace=_STOP_GRACE_S)
         self._stopped.wait()
         self._pool.shutdown(wait=True)
 
@@ -72,3 +86,7 @@ class GrpcServer:
         """`begin_stop`, then `wait_stopped`."""
         self.begin_stop()
         self.wait_stopped()
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

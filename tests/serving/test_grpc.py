@@ -10,6 +10,7 @@ get_model_status_impl.cc).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -447,6 +448,63 @@ def test_new_version_is_picked_up_over_grpc(tmp_path):
     finally:
         srv.stop()
         thread.join(CHILD_TIMEOUT)
+
+
+# 64 clients, each calling Predict (the request's bytes from stdin) until a call fails; prints the codes' counts.
+CLIENTS = """
+import collections, json, sys, threading
+import grpc
+port, request, codes, lock = sys.argv[1], sys.stdin.buffer.read(), collections.Counter(), threading.Lock()
+def client():
+    with grpc.insecure_channel("127.0.0.1:" + port) as channel:
+        predict, code = channel.unary_unary("/tensorflow.serving.PredictionService/Predict"), "OK"
+        while code == "OK":
+            try:
+                predict(request, timeout=60)
+            except grpc.RpcError as e:
+                code = e.code().name
+            with lock:
+                codes[code] += 1
+threads = [threading.Thread(target=client) for _ in range(64)]
+for t in threads:
+    t.start()
+print("started", flush=True)
+for t in threads:
+    t.join()
+print(json.dumps(codes))
+"""
+
+
+def test_a_stop_on_a_lagging_server_cancels_no_call(model):
+    """A call that reaches grpcio's core while the server's Python threads are busy waits there until grpcio's
+    poller takes it, and core cancels such calls when it shuts down (the client sees CANCELLED and cannot know
+    whether its call ran). A stop must first refuse new calls (UNAVAILABLE) until none is left waiting, then shut
+    down. Threads spinning in Python make the server lag as a loaded one does (a plain `server.stop` cancelled 29-60
+    of the 64 clients' last calls here)."""
+    spinning = threading.Event()
+    spinning.set()
+
+    def spin():
+        while spinning.is_set():
+            sum(range(2000))
+
+    spinners = [threading.Thread(target=spin) for _ in range(2)]
+    with custom_server(model, serving.ServerOptions(max_batch_size=8, batch_timeout_ms=5)) as srv:
+        clients = subprocess.Popen([sys.executable, "-c", CLIENTS, str(srv.grpc_port)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=False)
+        clients.stdin.write(predict_request(text=TEXT).SerializeToString())
+        clients.stdin.close()
+        assert clients.stdout.readline() == b"started\n"
+        for t in spinners:
+            t.start()
+        time.sleep(1.5)
+    spinning.clear()
+    for t in spinners:
+        t.join()
+    codes = json.loads(clients.stdout.read())  # the clients' calls time out after 60 s at most
+    assert clients.wait(timeout=CHILD_TIMEOUT) == 0
+    assert set(codes) == {"OK", "UNAVAILABLE"}, codes
+    assert codes["UNAVAILABLE"] == 64, codes  # each client's last call, refused
 
 
 # ----------------------------------------------------------------------------------------------------
