@@ -20,6 +20,7 @@ def machine() -> dict[str, Any]:
 
     return {
         "cpu": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "gpus": [d.name for d in tf.config.list_logical_devices("GPU")],
         "tensorflow": tf.__version__,
@@ -27,6 +28,15 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def _cpu_model() -> str:
+    """The processor's name ("model name" in /proc/cpuinfo); "" where that file does not exist."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def _onednn_enabled() -> bool:
