@@ -117,6 +117,13 @@ def rss_mb(pid: int) -> float:
         return int(re.search(r"VmRSS:\s+(\d+) kB", f.read())[1]) / 1024.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) process `pid` has used so far, in seconds (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
+
+
 def start_server(model_dir: str, flags: list[str], timeout_s: float = 300.0) -> tuple[subprocess.Popen, int, int]:
     """Starts `python -m elmo_tf.serve --model_dir=... FLAGS` with REST and gRPC on free ports; returns it with
     (REST port, gRPC port) once both listen."""

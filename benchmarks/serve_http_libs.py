@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import print_table, save  # noqa: E402
-from benchmarks.serve_clients import Request, latency_ms, run_clients  # noqa: E402
+from benchmarks.serve_clients import Request, latency_ms, rss_mb, run_clients  # noqa: E402
 
 RESPONSE = json.dumps({"predictions": [[round(0.001 * i, 6) for i in range(1000)]]})
 
@@ -58,13 +58,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def rss_mb(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
 
 
 def measure(library: str, code: str, seconds: float, idle: int) -> list[dict]:

@@ -20,7 +20,9 @@ connection and sends Predict calls of the same sentences (the server's metrics a
               the largest --clients for --compare_seconds, then the in-process Embedder (elmo_tf/embedding) on the
               same sentences for as long, in arrival order (the padding of the server's batches) at
               --max_batch_size and at the server's mean batch size of that round (its metrics), and sorted by
-              length (the Embedder's default) at --max_batch_size; the ratios server / Embedder
+              length (the Embedder's default) at --max_batch_size; the ratios server / Embedder, of sentences/s
+              and of CPU time per sentence (the server's process alone, without its clients; the clients
+              share the machine's cores with the server, and clients_cpu_share says how much of them they took)
   sigterm     64 clients, SIGTERM after --sigterm_after seconds: every request sent on an open connection must
               be answered; counted are answered (200 / other), refused connections (after the listening socket
               closed: never accepted) and requests left without a response (lost), and the exit status. Over gRPC:
@@ -56,6 +58,7 @@ from benchmarks.common import print_table, save  # noqa: E402
 from benchmarks.serve_clients import (  # noqa: E402
     PREDICT,
     Request,
+    cpu_seconds,
     latency_ms,
     rss_mb,
     run_clients,
@@ -140,14 +143,20 @@ def clients_run(clients: int, seconds: float):
 
 
 def load_row(port: int, case: str, clients: int, pid: int | None, seconds: float) -> dict:
+    """One load case; with the server's CPU time and the clients' (this process's) when the server runs here."""
     calls_before, rows_before = batch_totals(port)
+    server_cpu, clients_cpu = cpu_seconds(pid) if pid else float("nan"), time.process_time()
     results, wall = clients_run(clients, seconds)
+    server_cpu, clients_cpu = (cpu_seconds(pid) if pid else float("nan")) - server_cpu, time.process_time() - clients_cpu
     calls_after, rows_after = batch_totals(port)
     calls = calls_after - calls_before
+    answered = a.sentences_per_request * sum(r.status == 200 for r in results)
     return {"case": f"{a.protocol}: {case}", "clients": clients, "requests": len(results), "errors": sum(r.status != 200 for r in results),
-            "sentences_per_s": a.sentences_per_request * sum(r.status == 200 for r in results) / wall,
+            "sentences_per_s": answered / wall,
             **latency_ms(results),
             "mean_batch": (rows_after - rows_before) / calls if calls > 0 else float("nan"),
+            "server_cpu_ms_per_sentence": 1e3 * server_cpu / answered if answered else float("nan"),
+            "clients_cpu_share": clients_cpu / (wall * os.cpu_count()),  # of every core, in the clients' threads
             "server_rss_mb": rss_mb(pid) if pid else float("nan")}
 
 
@@ -167,20 +176,21 @@ def embedder_row(model_dir: str, batch_size: int, sort_by_length: bool, seconds:
         _EMBEDDERS[key] = Embedder(model_dir, batch_size=batch_size, layers="all", sort_by_length=sort_by_length)
         _EMBEDDERS[key].embed_texts(texts[:batch_size])  # warm-up (tracing)
     embedder = _EMBEDDERS[key]
-    done, start = 0, time.perf_counter()
+    done, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         embedder.embed_texts(texts)
         done += len(texts)
     order = "sorted by length" if sort_by_length else "arrival order"
     return {"case": f"in-process Embedder, batch {batch_size}, {order}", "clients": "-", "requests": done,
-            "errors": 0, "sentences_per_s": done / (time.perf_counter() - start), "mean_batch": batch_size}
+            "errors": 0, "sentences_per_s": done / (time.perf_counter() - start), "mean_batch": batch_size,
+            "cpu_ms_per_sentence": 1e3 * (time.process_time() - cpu) / done}
 
 
 def compare_rows(port: int, pid: int | None, model_dir: str, clients: int) -> list[dict]:
     """The server and the Embedder in turn, --rounds times; then one row per series with the median and its ratio."""
     names = ["server", f"Embedder arrival order, batch {a.max_batch_size}",
              "Embedder arrival order, the server's mean batch", f"Embedder sorted, batch {a.max_batch_size}"]
-    rows, series = [], {name: [] for name in names}
+    rows, series, cpu = [], {name: [] for name in names}, {name: [] for name in names}
     for r in range(1, a.rounds + 1):
         served = load_row(port, "server", clients, pid, a.compare_seconds)
         batch = round(served["mean_batch"]) if served["mean_batch"] == served["mean_batch"] else a.max_batch_size
@@ -191,12 +201,15 @@ def compare_rows(port: int, pid: int | None, model_dir: str, clients: int) -> li
         for name, row in zip(names, round_rows):
             row["case"] = f"round {r}: {row['case']}"
             series[name].append(row["sentences_per_s"])
+            cpu[name].append(row.get("server_cpu_ms_per_sentence", row.get("cpu_ms_per_sentence")))
         rows += round_rows
-    server_median = statistics.median(series["server"])
-    for name, values in series.items():
+    server_median, server_cpu = statistics.median(series["server"]), statistics.median(cpu["server"])
+    for name, values in series.items():  # CPU: the server's process alone (not the clients') / the Embedder's
         rows.append({"case": f"median of {a.rounds}: {name}", "clients": clients if name == "server" else "-",
                      "sentences_per_s": statistics.median(values),
-                     "server_over_this": f"{server_median / statistics.median(values):.2f}x"})
+                     "server_over_this": f"{server_median / statistics.median(values):.2f}x",
+                     "cpu_ms_per_sentence": statistics.median(cpu[name]),
+                     "cpu_over_this": f"{server_cpu / statistics.median(cpu[name]):.2f}x"})
     return rows
 
 
@@ -318,8 +331,10 @@ def main() -> None:
         scratch.cleanup()
     print(f"load average before: {load_before}, after: {os.getloadavg()}; {a.seconds:g} s per case"
           + (" (--quick)" if a.quick else ""))
-    print_table(rows, ["case", "clients", "sentences_per_s", "mean_batch", "server_over_this", "p50_ms", "p99_ms", "errors",
-                       "requests", "server_rss_mb"])
+    for row in rows:  # one CPU column: the server's process in the load rows
+        row.setdefault("cpu_ms_per_sentence", row.get("server_cpu_ms_per_sentence", float("nan")))
+    print_table(rows, ["case", "clients", "sentences_per_s", "mean_batch", "server_over_this", "cpu_ms_per_sentence",
+                       "cpu_over_this", "clients_cpu_share", "p50_ms", "p99_ms", "errors", "requests", "server_rss_mb"])
     for row in rows:
         if "exit_status" in row:
             print({k: row[k] for k in ("answered_200", "answered_other", "refused", "lost", "lost_errors", "codes",
