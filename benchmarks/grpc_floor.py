@@ -17,7 +17,7 @@ With --embedder_model, what that traffic alone costs a model on the same cores: 
 for --seconds alone and then for --seconds while the clients call the answering-at-once server at --rate calls/s
 in all (each client waits between calls), in turn, --rounds times; medians and the ratio (with / alone). It is the
 server's situation without elmo_tf's own per-call work: a server that answered --rate calls/s could reach at most
-about that ratio of the `Embedder`. Writes benchmarks/results/grpc_floor_beside_embedder.json.
+about that ratio of the `Embedder`. Writes benchmarks/results/grpc_floor_beside_embedder.json (--name: another name).
 """
 
 import argparse
@@ -169,6 +169,8 @@ def main() -> None:
     p.add_argument("--batch_size", type=int, default=32, help="with --embedder_model: the Embedder's batch size")
     p.add_argument("--rate", type=float, default=160.0, help="with --embedder_model: calls/s of all clients together")
     p.add_argument("--rounds", type=int, default=3, help="with --embedder_model: alone / beside pairs")
+    p.add_argument("--name", help="results file benchmarks/results/NAME.json (default grpc_floor, or "
+                                  "grpc_floor_beside_embedder with --embedder_model)")
     a = p.parse_args()
     try:
         sizes = [int(v) for v in (a.floats or ("45000" if a.embedder_model else "0,45000,360000")).split(",")]
@@ -189,14 +191,14 @@ def main() -> None:
                            "floor_server_cores", "response_bytes"])
         settings = {"seconds": a.seconds, "clients": a.clients, "rate": a.rate, "floats": sizes[0],
                     "batch_size": a.batch_size, "embedder_model": a.embedder_model, "sentences": a.sentences}
-        print("saved", save("grpc_floor_beside_embedder", {**settings, "rows": rows}))
+        print("saved", save(a.name or "grpc_floor_beside_embedder", {**settings, "rows": rows}))
         return
     with tempfile.TemporaryDirectory() as scratch:
         rows = [measure(v, a.clients, a.seconds, scratch) for v in sizes]
     print(f"load average after: {os.getloadavg()}; {a.seconds:g} s per size, {a.clients} clients")
     print_table(rows, ["floats", "response_bytes", "calls_per_s", "server_cpu_ms_per_call", "clients_cpu_ms_per_call",
                        "server_cores", "clients_cores", "p50_ms", "p99_ms", "errors"])
-    print("saved", save("grpc_floor", {"seconds": a.seconds, "clients": a.clients, "rows": rows}))
+    print("saved", save(a.name or "grpc_floor", {"seconds": a.seconds, "clients": a.clients, "rows": rows}))
 
 
 if __name__ == "__main__":
