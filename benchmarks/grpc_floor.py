@@ -3,7 +3,7 @@
     python benchmarks/grpc_floor.py [--seconds=15] [--clients=64] [--floats=0,45000,360000]
     python benchmarks/grpc_floor.py --embedder_model=MODULE --sentences=FILE --rate=160 [--floats=45000] [--rounds=3]
 
-A grpcio server (the same thread-pool server and options as elmo_tf.serve's) runs in a child process with one
+A grpcio thread-pool server (128 threads, as elmo_tf.serve's by default) runs in a child process with one
 method, tensorflow.serving.PredictionService/Predict, which returns a prepared PredictResponse at once: no model,
 no decoding, no batcher. For each response size (`--floats` float32 values in one output, written as elmo_tf
 writes them: 0 = an empty response; ~45,000 = every output of the `small` module for a 25-word sentence;
@@ -23,10 +23,10 @@ about that ratio of the `Embedder`. Writes benchmarks/results/grpc_floor_beside_
 import argparse
 import os
 import statistics
-import threading
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,7 +47,8 @@ print(port, flush=True)
 server.wait_for_termination()
 """
 EMBEDDER = """
-import sys, time
+import sys
+from benchmarks.common import embed_for
 from elmo_tf.embedding.embedder import Embedder
 model, sentences, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 texts = open(sentences, encoding="utf-8").read().splitlines()
@@ -55,11 +56,7 @@ embedder = Embedder(model, batch_size=batch_size, layers="all", sort_by_length=F
 embedder.embed_texts(texts[:batch_size])  # warm-up (tracing)
 print("ready", flush=True)
 for line in sys.stdin:  # one line per run: its seconds
-    seconds, done, start = float(line), 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        embedder.embed_texts(texts)
-        done += len(texts)
-    print(done / (time.perf_counter() - start), flush=True)
+    print(embed_for(embedder, texts, float(line))[1], flush=True)
 """
 SENTENCE = "the cat sat on the mat and then it went away to see the dog , who was sitting in the sun all day"
 

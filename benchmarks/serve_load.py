@@ -54,7 +54,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.common import print_table, save  # noqa: E402
+from benchmarks.common import embed_for, print_table, save  # noqa: E402
 from benchmarks.serve_clients import (  # noqa: E402
     PREDICT,
     Request,
@@ -144,10 +144,13 @@ def clients_run(clients: int, seconds: float):
 
 def load_row(port: int, case: str, clients: int, pid: int | None, seconds: float) -> dict:
     """One load case; with the server's CPU time and the clients' (this process's) when the server runs here."""
+    def server_cpu_now() -> float:
+        return cpu_seconds(pid) if pid else float("nan")
+
     calls_before, rows_before = batch_totals(port)
-    server_cpu, clients_cpu = cpu_seconds(pid) if pid else float("nan"), time.process_time()
+    server_cpu, clients_cpu = server_cpu_now(), time.process_time()
     results, wall = clients_run(clients, seconds)
-    server_cpu, clients_cpu = (cpu_seconds(pid) if pid else float("nan")) - server_cpu, time.process_time() - clients_cpu
+    server_cpu, clients_cpu = server_cpu_now() - server_cpu, time.process_time() - clients_cpu
     calls_after, rows_after = batch_totals(port)
     calls = calls_after - calls_before
     answered = a.sentences_per_request * sum(r.status == 200 for r in results)
@@ -155,7 +158,7 @@ def load_row(port: int, case: str, clients: int, pid: int | None, seconds: float
             "sentences_per_s": answered / wall,
             **latency_ms(results),
             "mean_batch": (rows_after - rows_before) / calls if calls > 0 else float("nan"),
-            "server_cpu_ms_per_sentence": 1e3 * server_cpu / answered if answered else float("nan"),
+            "cpu_ms_per_sentence": 1e3 * server_cpu / answered if answered else float("nan"),  # the server's process
             "clients_cpu_share": clients_cpu / (wall * os.cpu_count()),  # of every core, in the clients' threads
             "server_rss_mb": rss_mb(pid) if pid else float("nan")}
 
@@ -176,14 +179,10 @@ def embedder_row(model_dir: str, batch_size: int, sort_by_length: bool, seconds:
         _EMBEDDERS[key] = Embedder(model_dir, batch_size=batch_size, layers="all", sort_by_length=sort_by_length)
         _EMBEDDERS[key].embed_texts(texts[:batch_size])  # warm-up (tracing)
     embedder = _EMBEDDERS[key]
-    done, start, cpu = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - start < seconds:
-        embedder.embed_texts(texts)
-        done += len(texts)
+    done, rate, cpu_ms = embed_for(embedder, texts, seconds)
     order = "sorted by length" if sort_by_length else "arrival order"
     return {"case": f"in-process Embedder, batch {batch_size}, {order}", "clients": "-", "requests": done,
-            "errors": 0, "sentences_per_s": done / (time.perf_counter() - start), "mean_batch": batch_size,
-            "cpu_ms_per_sentence": 1e3 * (time.process_time() - cpu) / done}
+            "errors": 0, "sentences_per_s": rate, "mean_batch": batch_size, "cpu_ms_per_sentence": cpu_ms}
 
 
 def compare_rows(port: int, pid: int | None, model_dir: str, clients: int) -> list[dict]:
@@ -201,7 +200,7 @@ def compare_rows(port: int, pid: int | None, model_dir: str, clients: int) -> li
         for name, row in zip(names, round_rows):
             row["case"] = f"round {r}: {row['case']}"
             series[name].append(row["sentences_per_s"])
-            cpu[name].append(row.get("server_cpu_ms_per_sentence", row.get("cpu_ms_per_sentence")))
+            cpu[name].append(row["cpu_ms_per_sentence"])
         rows += round_rows
     server_median, server_cpu = statistics.median(series["server"]), statistics.median(cpu["server"])
     for name, values in series.items():  # CPU: the server's process alone (not the clients') / the Embedder's
@@ -331,8 +330,6 @@ def main() -> None:
         scratch.cleanup()
     print(f"load average before: {load_before}, after: {os.getloadavg()}; {a.seconds:g} s per case"
           + (" (--quick)" if a.quick else ""))
-    for row in rows:  # one CPU column: the server's process in the load rows
-        row.setdefault("cpu_ms_per_sentence", row.get("server_cpu_ms_per_sentence", float("nan")))
     print_table(rows, ["case", "clients", "sentences_per_s", "mean_batch", "server_over_this", "cpu_ms_per_sentence",
                        "cpu_over_this", "clients_cpu_share", "p50_ms", "p99_ms", "errors", "requests", "server_rss_mb"])
     for row in rows:
