@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 from typing import Optional, Sequence
 from elmo_tf.errors import VocabError
-from elmo_tf.utils.files import atomic_write
+from elmo_tf.utils.files import atomic_write, open_corpus
 
 import tensorflow as tf
 
@@ -155,7 +155,8 @@ class Vocabulary:
 
     @staticmethod
     def count_words(file_pattern: str) -> collections.Counter:
-        """Counts the whitespace-separated tokens of every file matching `file_pattern`, line by line.
+        """Counts the whitespace-separated tokens of every file matching `file_pattern`, line by line (files named
+        `*.gz` are read decompressed).
 
         The special tokens are not counted. Memory is that of the counts only.
 
@@ -167,13 +168,16 @@ class Vocabulary:
             raise VocabError(f"No corpus file matches the pattern {file_pattern!r}.")
         counts: collections.Counter = collections.Counter()
         for path in paths:
-            with tf.io.gfile.GFile(path, "rb") as f:
-                for line_number, raw in enumerate(f, start=1):
-                    try:
-                        line = raw.decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise VocabError(f"Corpus file {path!r} is not valid UTF-8 at line {line_number}.") from None
-                    counts.update(line.split())
+            try:
+                with open_corpus(path) as f:
+                    for line_number, raw in enumerate(f, start=1):
+                        try:
+                            line = raw.decode("utf-8")
+                        except UnicodeDecodeError:
+                            raise VocabError(f"Corpus file {path!r} is not valid UTF-8 at line {line_number}.") from None
+                        counts.update(line.split())
+            except (OSError, EOFError) as e:  # a damaged .gz file
+                raise VocabError(f"Corpus file {path!r} cannot be read: {e}.") from None
         for token in SPECIAL_TOKENS:
             counts.pop(token, None)
         if not counts:

@@ -1,6 +1,7 @@
 """Corpus shards -> `tf.data` training windows for the bidirectional LM (the original bilm-tf recipe).
 
-Corpus: a glob of text files, one whitespace-tokenized sentence per line (blank lines are skipped).
+Corpus: a glob of text files, one whitespace-tokenized sentence per line (blank lines are skipped); files named
+`*.gz` are read decompressed (gzip).
 
 Pairs. Each sentence `w1 .. wn` gives n + 1 (input, target) pairs per direction, as the original's
 `LMDataset` / `_get_batch`:
@@ -43,6 +44,7 @@ import tensorflow as tf
 from elmo_tf.text import char_ids
 from elmo_tf.text.vocab import Vocabulary
 from elmo_tf.errors import CorpusError
+from elmo_tf.utils.files import open_corpus
 
 # Columns of a pair in the scan buffer.
 _INPUT, _TARGET = range(2)
@@ -65,8 +67,11 @@ _HEAD_BYTES = 1 << 16
 
 
 def _check_text_head(path: str) -> None:
-    with tf.io.gfile.GFile(path, "rb") as f:
-        head = f.read(_HEAD_BYTES)
+    try:
+        with open_corpus(path) as f:
+            head = f.read(_HEAD_BYTES)
+    except (OSError, EOFError) as e:  # a damaged .gz file
+        raise CorpusError(f"Corpus file {path!r} cannot be read: {e}.") from None
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -75,7 +80,7 @@ def _check_text_head(path: str) -> None:
         line = head.count(b"\n", 0, e.start) + 1
         raise CorpusError(
             f"Corpus file {path!r} is not UTF-8 text: line {line} has the byte {head[e.start]:#04x}. Is it compressed "
-            "or binary? Give text files, one tokenized sentence per line."
+            "or binary? Give text files, one tokenized sentence per line (gzip-compressed ones named *.gz)."
         ) from None
 
 
@@ -100,7 +105,7 @@ def _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars) -> lis
         _check_text_head(path)
     # Read up to the first sentence: with an all-blank corpus, endless epochs would spin forever.
     for path in files:
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with open_corpus(path) as f:
             if any(line.decode("utf-8", errors="replace").split() for line in f):
                 return files
     raise CorpusError(f"The files matching {file_pattern!r} hold no sentence: every line is blank.")
@@ -141,6 +146,12 @@ def _chunk_pairs(lines: tf.Tensor, reverse: bool) -> dict[str, tf.Tensor]:
     return {"pairs": pairs, "sizes": sizes, "sentence": sentence, "offset": offset, "is_end": tf.constant(False)}
 
 
+def _text_lines(name: tf.Tensor) -> tf.data.Dataset:
+    """The lines of one corpus file (a string tensor), gunzipped when the name ends in .gz."""
+    gzipped = tf.strings.regex_full_match(name, r".*\.gz")
+    return tf.data.TextLineDataset(name, compression_type=tf.where(gzipped, "GZIP", ""))
+
+
 def _epoch_lines(
     files: list[str], epoch: tf.Tensor, *, shuffle: bool, seed: tf.Tensor, shuffle_buffer: Optional[int]
 ) -> tf.data.Dataset:
@@ -155,7 +166,7 @@ def _epoch_lines(
     """
     names = tf.constant(files)  # [F]
     if not shuffle:
-        return tf.data.Dataset.from_tensor_slices(names).flat_map(tf.data.TextLineDataset)
+        return tf.data.Dataset.from_tensor_slices(names).flat_map(_plain(_text_lines))
     epoch_seed = tf.random.experimental.stateless_fold_in(seed, epoch, alg="philox")  # [2]
 
     def permute(values, key):  # Philox pinned, so that a saved position means the same on any machine
@@ -165,7 +176,7 @@ def _epoch_lines(
     block = shuffle_buffer or _WHOLE_FILE
 
     def file_lines(index, name):  # one file's lines, shuffled per block; the key tells files and blocks apart
-        blocks = tf.data.TextLineDataset(name).batch(block).enumerate()  # (block index, lines [<= block])
+        blocks = _text_lines(name).batch(block).enumerate()  # (block index, lines [<= block])
         return blocks.map(_plain(lambda i, lines: permute(lines, index * _BLOCKS_PER_FILE + i))).unbatch()
 
     return tf.data.Dataset.from_tensor_slices(permute(names, -1)).enumerate().flat_map(_plain(file_lines))
@@ -386,7 +397,7 @@ def sentence_windows(
     files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars)
     sentences = []  # (tokens, line bytes as in the file)
     for path in files:
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with open_corpus(path) as f:
             for line in f.read().split(b"\n"):
                 n = len(line.decode("utf-8", errors="replace").split())
                 if n:

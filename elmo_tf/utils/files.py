@@ -1,4 +1,5 @@
-"""Writing files and folders so that a failure (a full disk, an error, a kill) never leaves a partial result.
+"""Writing files and folders so that a failure (a full disk, an error, a kill) never leaves a partial result;
+and reading a corpus file, gzip-compressed or not (`open_corpus`).
 
 Files: the content goes to a temporary name beside the target, then `os.replace` swaps it in; the target
 is either the old or the new complete file. Folders: the new folder is filled beside the target and
@@ -9,6 +10,7 @@ left behind is cleaned up (or put back) by the next writer of the same target.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -133,3 +135,20 @@ def writable_folder_problem(path: str) -> Optional[str]:
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"the folder {existing!r} is not writable"
     return None
+
+
+GZIP_SUFFIX = ".gz"
+
+
+@contextlib.contextmanager
+def open_corpus(path: str) -> Iterator[Any]:
+    """A corpus file open for reading bytes (through `tf.io.gfile`, so cloud paths work), decompressed on the fly
+    when its name ends in `.gz`. Iterating it yields lines. A damaged gzip file raises OSError when read."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "rb") as raw:
+        if path.endswith(GZIP_SUFFIX):
+            with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+                yield f
+        else:
+            yield raw

@@ -136,10 +136,21 @@ def test_vocabulary_of_an_empty_corpus(tmp_path):
 
 
 def test_binary_corpus_is_refused_before_training(tmp_path):
-    (tmp_path / "corpus.txt.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)) * 4)
+    (tmp_path / "corpus.bin").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)) * 4)  # gzip, but not named .gz
     vocab = Vocabulary(["<S>", "</S>", "<UNK>", "the"])
-    with pytest.raises(data.CorpusError, match=r"'.*corpus.txt.gz' is not UTF-8 text: line 1 has the byte 0x8b. Is it compressed"):
+    with pytest.raises(data.CorpusError, match=r"'.*corpus.bin' is not UTF-8 text: line 1 has the byte 0x8b. Is it compressed"):
+        data.lm_windows(str(tmp_path / "*.bin"), vocab, batch_size=2, unroll_steps=3, max_chars=50)
+
+
+def test_damaged_gzip_corpus_is_refused_before_training(tmp_path):
+    import gzip
+
+    (tmp_path / "corpus.txt.gz").write_bytes(gzip.compress(b"the cat sat\n" * 1000)[:60])  # cut short
+    vocab = Vocabulary(["<S>", "</S>", "<UNK>", "the"])
+    with pytest.raises(data.CorpusError, match=r"Corpus file '.*corpus.txt.gz' cannot be read: "):
         data.lm_windows(str(tmp_path / "*.gz"), vocab, batch_size=2, unroll_steps=3, max_chars=50)
+    with pytest.raises(VocabError, match=r"Corpus file '.*corpus.txt.gz' cannot be read: "):
+        Vocabulary.build(str(tmp_path / "*.gz"))
 
 
 def test_a_character_cut_by_the_checked_head_is_not_an_error(tmp_path):

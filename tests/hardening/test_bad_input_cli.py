@@ -47,7 +47,7 @@ def _garbage_training_dir(root: Path) -> Path:
 def _cases(root: Path) -> dict[str, dict]:
     """name -> dict(args, limit (bytes, for a full disk)); inputs are created under `root`."""
     (root / "corpus.txt").write_text(CORPUS)
-    (root / "corpus.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)) * 8)
+    (root / "corpus.bin").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)) * 8)
     (root / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\ncat\n")
     (root / "lines.txt").write_text("\n".join(EMBED_LINES) + "\n")
     options = json.loads(Path(OPTIONS).read_text())
@@ -57,7 +57,7 @@ def _cases(root: Path) -> dict[str, dict]:
     garbage = _garbage_training_dir(root)
     export = ["export.py", f"--options_file={OPTIONS}", f"--weight_file={WEIGHTS}"]
     return {
-        "train-binary-corpus": dict(args=TRAIN + [f"--train_prefix={root / 'corpus.gz'}", f"--vocab_file={root / 'vocab.txt'}",
+        "train-binary-corpus": dict(args=TRAIN + [f"--train_prefix={root / 'corpus.bin'}", f"--vocab_file={root / 'vocab.txt'}",
                                                   f"--save_dir={root / 'r2'}"]),
         "train-unknown-option": dict(args=["train.py", f"--options_file={root / 'unknown_field.json'}",
                                            f"--save_dir={root / 'r3'}", "--max_steps=1"]),
@@ -98,7 +98,7 @@ def cli(tmp_path_factory, request):
 
 # case -> (text the one error line must contain, glob patterns (in the root) of what must not exist afterwards)
 EXPECTED = {
-    "train-binary-corpus": (r"corpus.gz' is not UTF-8 text: line 1 has the byte 0x8b. Is it compressed", []),
+    "train-binary-corpus": (r"corpus.bin' is not UTF-8 text: line 1 has the byte 0x8b. Is it compressed", []),
     "train-unknown-option": (r"Unknown ELMo option(s) ['n_layer'] in `lstm`", ["r3"]),
     "train-save-dir-not-a-folder": (r"existing_file' is not a folder", []),
     "train-save-dir-not-writable": (r"read_only' is not writable", []),
