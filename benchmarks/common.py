@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import resource
 import statistics
 import time
@@ -16,27 +15,9 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def machine() -> dict[str, Any]:
-    import tensorflow as tf
+    from elmo_tf.utils import machine as machine_info
 
-    return {
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "gpus": [d.name for d in tf.config.list_logical_devices("GPU")],
-        "tensorflow": tf.__version__,
-        "onednn": _onednn_enabled(),
-        "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-
-
-def _cpu_model() -> str:
-    """The processor's name ("model name" in /proc/cpuinfo); "" where that file does not exist."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return ""
+    return {**machine_info.describe(), "onednn": _onednn_enabled(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def _onednn_enabled() -> bool:
