@@ -32,7 +32,9 @@ flags.DEFINE_string("health_sample", None, "With --checkpoint_dir: check the che
                     "sentence per line) instead of using the check recorded in training.")
 # Output.
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "hdf5"],
-                  "saved_model: the TF-Hub module; hdf5: options.json + weights.hdf5 in the original layout.")
+                  "saved_model: the TF-Hub module; hdf5: options.json + weights.hdf5 in the original layout (from "
+                  "--checkpoint_dir also the softmax, in the same file, and vocab.txt: a folder that train.py "
+                  "--init_checkpoint and --mode=eval start from).")
 flags.DEFINE_string("export_dir", "hub_module", "Where the SavedModel goes (replaced atomically if it is an export).")
 flags.DEFINE_enum("trainable", "mix", ["mix", "all", "none"],
                   "What `trainable_variables` holds: the scalar mix (default), everything, or nothing.")
@@ -75,6 +77,7 @@ def main(argv):
 
     from elmo_tf import ConfigError, ExportError, ExportOptions, WeightFileError, load_original
     from elmo_tf.export import hub as hub_export
+    from elmo_tf import training
     from elmo_tf.errors import TrainingError
 
     tf.get_logger().setLevel("WARNING")  # TF's own INFO lines about saving are noise here
@@ -87,7 +90,13 @@ def main(argv):
             bilm = _checked_checkpoint(FLAGS.checkpoint_dir)
         else:
             bilm = load_original(FLAGS.options_file, FLAGS.weight_file)
-        if FLAGS.format == "hdf5":
+        if FLAGS.format == "hdf5" and FLAGS.checkpoint_dir:  # with the softmax and vocab.txt: a folder to train on from
+            from elmo_tf.text.vocab import Vocabulary
+
+            path = hub_export.export_hdf5(bilm, FLAGS.export_dir, softmax=training.restore_softmax(
+                FLAGS.checkpoint_dir, FLAGS.checkpoint_step), vocab=Vocabulary.from_file(
+                os.path.join(FLAGS.checkpoint_dir, "vocab.txt")))
+        elif FLAGS.format == "hdf5":
             path = hub_export.export_hdf5(bilm, FLAGS.export_dir)
         else:
             export_options = ExportOptions(

@@ -78,7 +78,9 @@ flags.DEFINE_integer("seed", 0, "Seed of the data order, negatives and dropout."
 flags.DEFINE_integer("num_gpus", None, "Use the first N visible GPUs (default: all). Multi-machine: set TF_CONFIG.",
                      lower_bound=0)
 # What to do.
-flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (then export), or eval: held-out perplexity of --save_dir.")
+flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (then export), or eval: held-out perplexity of --save_dir (a "
+                  "training directory, or a folder of weight files with the softmax such as pretrained/english_small), "
+                  "with the state carried from sentence to sentence and from a zero state per sentence.")
 flags.DEFINE_string("export_dir", "hub_module", "Export the trained model here ('' to skip).")
 FLAGS = flags.FLAGS
 
@@ -132,12 +134,21 @@ def main(argv):
 
 
 def _evaluate() -> dict:
+    """Held-out perplexity of --save_dir in both protocols: the original's (rows carry the state from sentence to
+    sentence; the top-level figures) and the exported module's (every sentence from a zero state: `zero_state`)."""
     from elmo_tf import training
 
     try:
-        return training.restore_trainer(FLAGS.save_dir).evaluate(FLAGS.heldout_prefix)
+        trainer = training.restore_trainer(FLAGS.save_dir)
     except FileNotFoundError as e:
         raise InputError(f"--save_dir={FLAGS.save_dir}: {e}") from None
+    result = trainer.evaluate(FLAGS.heldout_prefix)
+    result["zero_state"] = trainer.evaluate(FLAGS.heldout_prefix, sentence_by_sentence=True)
+    for name, r in (("carried state (the original's protocol)", result), ("zero state (the module's protocol)",
+                                                                          result["zero_state"])):
+        say(f"Held-out perplexity, {name}: {r['perplexity']:,.2f} (forward {r['perplexity_forward']:,.2f}, backward "
+            f"{r['perplexity_backward']:,.2f}; {r['tokens']:,} tokens)")
+    return result
 
 
 def _train() -> dict:

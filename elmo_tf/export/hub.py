@@ -349,14 +349,25 @@ def export_module(
     return _write_atomically(export_dir, write)
 
 
-def export_hdf5(bilm: BiLM, export_dir: str) -> str:
-    """Writes `options.json` + `weights.hdf5` in the original layout (readable by bilm-tf and AllenNLP), atomically."""
+def export_hdf5(bilm: BiLM, export_dir: str, softmax=None, vocab=None, softmax_dtype: str = "float32") -> str:
+    """Writes `options.json` + `weights.hdf5` in the original layout (readable by bilm-tf and AllenNLP), atomically.
+
+    With `softmax` (weights [V, P], bias [V]) and its `vocab` (a `Vocabulary`), the weight file also holds the
+    softmax (`softmax/W`, `softmax/b`, as `softmax_dtype`) and `vocab.txt` is written beside it: a folder that
+    continued pretraining (`train.py --init_checkpoint=FOLDER`) and held-out perplexity (`train.py --mode=eval
+    --save_dir=FOLDER`) start from.
+    """
     from elmo_tf.model.weights_io import save_weights
+
+    if (softmax is None) != (vocab is None):
+        raise ValueError("export_hdf5: give the softmax and its vocabulary together.")
 
     def write(folder: str, scratch: str) -> None:
         os.makedirs(folder)
         bilm.config.to_json_file(os.path.join(folder, "options.json"))
-        save_weights(bilm, os.path.join(folder, "weights.hdf5"))
+        save_weights(bilm, os.path.join(folder, "weights.hdf5"), softmax, softmax_dtype)
+        if vocab is not None:
+            vocab.to_file(os.path.join(folder, "vocab.txt"))
 
     return _write_atomically(export_dir, write)
 

@@ -2,13 +2,18 @@
 
 Dataset names are those of bilm-tf's `weights.hdf5` (see the spec's HDF5 table). The only layout
 change is the char-CNN kernel: the file stores `[1, w, e, n]` (conv2d), the layer `[w, e, n]` (conv1d).
+
+The original's files hold no softmax (bilm-tf's dump_weights leaves it out). A file may add it as the
+datasets `softmax/W` [vocabulary, projection] and `softmax/b` [vocabulary], named as in bilm-tf's own
+checkpoints, for continued pretraining and held-out perplexity; bilm-tf and AllenNLP read datasets by name
+and ignore them. Their rows follow the `vocab.txt` that goes with the file.
 """
 
 from __future__ import annotations
 
 import io
 import os
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple, Optional
 
 import h5py
 import numpy as np
@@ -111,17 +116,58 @@ def _read_checked(f: h5py.File, entry: _Entry, path: str) -> np.ndarray:
     return data.astype(np.float32, copy=False)
 
 
-def save_weights(model: BiLM, path: str) -> None:
-    """Writes `model` in the original layout (float32). Written to a temporary file, then moved into place.
+SOFTMAX_WEIGHTS, SOFTMAX_BIAS = "softmax/W", "softmax/b"
+
+
+def save_weights(model: BiLM, path: str, softmax: Optional[tuple[np.ndarray, np.ndarray]] = None,
+                 softmax_dtype: str = "float32") -> None:
+    """Writes `model` in the original layout (float32), and `softmax` = (weights [V, P], bias [V]) when given,
+    stored as `softmax_dtype` ("float32" or "float16"). Written to a temporary file, then moved into place.
 
     The HDF5 image is built in memory and written with plain file writes: a full disk then raises an OSError
     (HDF5's own file driver can crash the process when a write fails).
     """
+    if softmax_dtype not in ("float32", "float16"):
+        raise ValueError(f"softmax_dtype must be 'float32' or 'float16'; received {softmax_dtype!r}.")
     image = io.BytesIO()
     with h5py.File(image, "w") as f:
         for entry in _entries(model):
             f.create_dataset(entry.dataset, data=entry.to_file(np.asarray(entry.variable.numpy(), np.float32)))
+        if softmax is not None:
+            weights, bias = (np.asarray(a, np.float32) for a in softmax)
+            if weights.ndim != 2 or bias.shape != weights.shape[:1]:
+                raise ValueError(f"softmax must be weights [V, P] and bias [V]; received {weights.shape} and {bias.shape}.")
+            f.create_dataset(SOFTMAX_WEIGHTS, data=weights.astype(softmax_dtype))
+            f.create_dataset(SOFTMAX_BIAS, data=bias.astype(softmax_dtype))
     atomic_write(path, image.getbuffer())
+
+
+def load_softmax(path: str, vocab_size: int, dim: int) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """The softmax (weights [vocab_size, dim], bias [vocab_size], float32) stored in a weight file, or None when
+    the file has none (an original bilm-tf file). WeightFileError when it is there but of other shapes or values."""
+    if not os.path.isfile(path):
+        raise WeightFileError(f"ELMo weight file {path!r} does not exist or is not a file.")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise WeightFileError(f"ELMo weight file {path!r} is not a readable HDF5 file ({e}).") from None
+    with f:
+        if SOFTMAX_WEIGHTS not in f and SOFTMAX_BIAS not in f:
+            return None
+        out = []
+        for name, shape in ((SOFTMAX_WEIGHTS, (vocab_size, dim)), (SOFTMAX_BIAS, (vocab_size,))):
+            if name not in f or not isinstance(f[name], h5py.Dataset) or f[name].dtype.kind != "f":
+                raise WeightFileError(f"ELMo weight file {path!r} has a partial softmax: {name!r} is missing or not "
+                                      "floating point (expected softmax/W and softmax/b).")
+            if tuple(f[name].shape) != shape:
+                raise WeightFileError(f"ELMo weight file {path!r}: {name!r} has shape {tuple(f[name].shape)}; the "
+                                      f"vocabulary ({vocab_size} words) and the model require {shape}. Is it the "
+                                      "vocab.txt that goes with this file?")
+            data = f[name][...].astype(np.float32)
+            if not np.all(np.isfinite(data)):
+                raise WeightFileError(f"ELMo weight file {path!r}: dataset {name!r} holds NaN or Inf values.")
+            out.append(data)
+    return out[0], out[1]
 
 
 def load_original(options_file: str, weight_file: str, **bilm_kwargs) -> BiLM:

@@ -1,12 +1,13 @@
 """Training the biLM: the corpus as windows, the recipe's settings, the trainer, and its checkpoints.
 
 `from elmo_tf import training` gives the public API of the part: `Trainer`, `TrainConfig`, `recipe_config`,
-`make_strategy`, `restore_trainer`, `restore_bilm`, `checkpoint_prefixes`, `restore_checkpoint`, and the zero-state
+`make_strategy`, `restore_trainer`, `restore_bilm`, `restore_softmax`, `checkpoint_prefixes`, `restore_checkpoint`,
+`is_weights_folder`, and the zero-state
 health check of a checkpoint: `checkpoint_health`, `require_healthy` (`health` holds its record and verdict).
 """
 
 from elmo_tf.training import health, setup
-from elmo_tf.training.checkpoints import checkpoint_prefixes, restore_bilm, restore_checkpoint
+from elmo_tf.training.checkpoints import checkpoint_prefixes, is_weights_folder, restore_bilm, restore_checkpoint, restore_softmax
 from elmo_tf.training.config import TrainConfig, recipe_config, training_options
 from elmo_tf.training.trainer import (
     Trainer,
@@ -22,11 +23,13 @@ __all__ = [
     "checkpoint_health",
     "checkpoint_prefixes",
     "health",
+    "is_weights_folder",
     "make_strategy",
     "recipe_config",
     "require_healthy",
     "restore_bilm",
     "restore_checkpoint",
+    "restore_softmax",
     "restore_trainer",
     "setup",
     "training_options",

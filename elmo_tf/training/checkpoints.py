@@ -63,6 +63,24 @@ def checkpoint_step(prefix: str) -> int:
     return int(prefix.rsplit("-", 1)[1])
 
 
+def is_weights_folder(path: str) -> bool:
+    """A folder of weight files (options.json, weights.hdf5, as `export.py --format=hdf5` and the published biLMs
+    under pretrained/ are) rather than a training directory with checkpoints."""
+    return (os.path.isfile(os.path.join(path, "options.json")) and os.path.isfile(os.path.join(path, "weights.hdf5"))
+            and not os.path.isdir(os.path.join(path, "checkpoints")))
+
+
+def restore_softmax(save_dir: str, step: Optional[int] = None):
+    """The softmax (weights [V, P], bias [V]) of a checkpoint in a training `save_dir` (default: the latest); its
+    rows follow the run's vocab.txt."""
+    prefix = checkpoint_prefix(save_dir, step)
+    try:
+        return (tf.train.load_variable(prefix, "softmax/softmax_weights/.ATTRIBUTES/VARIABLE_VALUE"),
+                tf.train.load_variable(prefix, "softmax/softmax_bias/.ATTRIBUTES/VARIABLE_VALUE"))
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointError(f"Checkpoint {prefix!r}: its softmax cannot be read ({tf_error_message(e)[:300]}).") from None
+
+
 def restore_bilm(save_dir: str, step: Optional[int] = None) -> BiLM:
     """The `BiLM` of a checkpoint in a training `save_dir` (default: the latest), for export and evaluation."""
     options = os.path.join(save_dir, "options.json")

@@ -20,6 +20,7 @@ is stateless, derived from (seed, step), so a resumed run repeats the uninterrup
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -43,8 +44,10 @@ from elmo_tf.training.checkpoints import (
     checkpoint_prefix,
     checkpoint_prefixes,
     checkpoint_step,
+    is_weights_folder,
     restore_bilm,
     restore_checkpoint,
+    restore_softmax,
 )
 from elmo_tf.training.config import TrainConfig, training_options
 from elmo_tf.utils.files import atomic_write_json
@@ -55,7 +58,9 @@ def make_strategy(num_gpus: Optional[int] = None) -> tf.distribute.Strategy:
     """MultiWorkerMirroredStrategy when TF_CONFIG names several workers; else MirroredStrategy.
 
     MirroredStrategy uses all visible GPUs (or the first `num_gpus`), or the logical CPU devices when
-    there is no GPU (tests split the CPU into several).
+    there is no GPU (tests split the CPU into several). Each MirroredStrategy made here has collective keys of
+    its own, so trainings of different shapes can follow one another in a process (a biLM, then its adaptation);
+    two built directly with `tf.distribute.MirroredStrategy` share theirs and cannot.
     """
     tf_config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
     workers = tf_config.get("cluster", {}).get("worker", [])
@@ -67,7 +72,28 @@ def make_strategy(num_gpus: Optional[int] = None) -> tf.distribute.Strategy:
             raise ValueError(f"--num_gpus={num_gpus} but only {len(gpus)} GPU(s) are visible.")
         gpus = gpus[:num_gpus]
     devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
-    return tf.distribute.MirroredStrategy(devices)
+    return _MirroredStrategy(devices)
+
+
+# Each _MirroredStrategy numbers its collective groups from a base of its own, this far from the last one's (the
+# spacing TensorFlow's own tests give theirs, tensorflow/python/distribute/strategy_combinations.py).
+_COLLECTIVE_KEY_SPACING = 100_000
+_collective_key_bases = itertools.count(_COLLECTIVE_KEY_SPACING, _COLLECTIVE_KEY_SPACING)
+
+
+class _MirroredStrategy(tf.distribute.MirroredStrategy):
+    """A MirroredStrategy whose collectives no other strategy of the process shares.
+
+    Every MirroredStrategy numbers its collectives from the same keys (group 1; instances 100, 101, ..., one per
+    collective op run), and the runtime keeps each instance's shape for the life of the process: a second strategy
+    over the same devices, training a model of another shape (a biLM, then its adaptation to another vocabulary),
+    failed in CollectiveReduceV2 with "Shape mismatch in the collective instance 100". This one starts its group
+    keys at a base of its own (`_collective_key_base`, read once, as the strategy is built).
+    """
+
+    def __init__(self, devices: list[str]):
+        self._collective_key_base = next(_collective_key_bases)
+        super().__init__(devices)
 
 
 class Trainer:
@@ -532,25 +558,42 @@ class Trainer:
     def warm_start(self, source: str) -> None:
         """Initialises the model (and the softmax rows of shared words) from an existing model.
 
-        `source` is a training directory of this project (its latest checkpoint and vocab.txt), or
-        "OPTIONS.json,WEIGHTS.hdf5" of the original format (which holds no softmax: it starts fresh).
-        The architecture must match; the vocabularies may differ.
+        `source` is a training directory of this project (its latest checkpoint and vocab.txt), a folder of weight
+        files (options.json, weights.hdf5 holding the softmax, vocab.txt: `export.py --format=hdf5`, the published
+        biLMs under pretrained/), or "OPTIONS.json,WEIGHTS.hdf5" of the original format (which holds no softmax: it
+        starts fresh). The architecture must match; the vocabularies may differ.
         """
-        from elmo_tf.model.weights_io import load_weights
+        from elmo_tf.model.weights_io import load_softmax, load_weights
 
-        if "," in source:
-            options_file, weight_file = source.split(",", 1)
+        if "," in source or is_weights_folder(source):
+            options_file, weight_file = (source.split(",", 1) if "," in source else
+                                         (os.path.join(source, "options.json"), os.path.join(source, "weights.hdf5")))
             self._check_same_architecture(BiLMConfig.from_json_file(options_file), source)
             load_weights(self.model, weight_file)
-            logging.info("Initialised the biLM from %s (the softmax starts fresh).", weight_file)
+            vocab_file = os.path.join(os.path.dirname(weight_file), "vocab.txt")
+            if "," in source or not os.path.isfile(vocab_file):
+                logging.info("Initialised the biLM from %s (the softmax starts fresh).", weight_file)
+                return
+            old_vocab = Vocabulary.from_file(vocab_file)
+            softmax = load_softmax(weight_file, old_vocab.size, self.bilm_config.lstm.output_dim)
+            if softmax is None:
+                logging.info("Initialised the biLM from %s (it holds no softmax: the softmax starts fresh).", weight_file)
+                return
+            shared = self._copy_softmax_rows(old_vocab, *softmax)
+            logging.info("Initialised from %s: biLM weights, and softmax rows of %d of %d words.", weight_file, shared,
+                         self.vocab.size)
             return
         source_bilm = restore_bilm(source)
         self._check_same_architecture(source_bilm.config, source)
         self.model.set_weights(source_bilm.get_weights())
         latest = checkpoint_prefixes(os.path.join(source, "checkpoints"))[-1]
-        old_vocab = Vocabulary.from_file(os.path.join(source, "vocab.txt"))
-        old_w = tf.train.load_variable(latest, "softmax/softmax_weights/.ATTRIBUTES/VARIABLE_VALUE")
-        old_b = tf.train.load_variable(latest, "softmax/softmax_bias/.ATTRIBUTES/VARIABLE_VALUE")
+        shared = self._copy_softmax_rows(Vocabulary.from_file(os.path.join(source, "vocab.txt")), *restore_softmax(source))
+        logging.info(
+            "Initialised from %s: biLM weights, and softmax rows of %d of %d words.", latest, shared, self.vocab.size
+        )
+
+    def _copy_softmax_rows(self, old_vocab: Vocabulary, old_w: np.ndarray, old_b: np.ndarray) -> int:
+        """Copies the softmax rows of the words this run's vocabulary shares with `old_vocab`; returns their count."""
         new_w, new_b = self.softmax.softmax_weights.numpy(), self.softmax.softmax_bias.numpy()
         old_index = {word: i for i, word in enumerate(old_vocab.words)}
         shared = [(i, old_index[w]) for i, w in enumerate(self.vocab.words) if w in old_index]
@@ -558,9 +601,7 @@ class Trainer:
             new_w[new_row], new_b[new_row] = old_w[old_row], old_b[old_row]
         self.softmax.softmax_weights.assign(new_w)
         self.softmax.softmax_bias.assign(new_b)
-        logging.info(
-            "Initialised from %s: biLM weights, and softmax rows of %d of %d words.", latest, len(shared), self.vocab.size
-        )
+        return len(shared)
 
     def _check_same_architecture(self, other: BiLMConfig, source: str) -> None:
         mine, theirs = self.bilm_config, other
@@ -595,7 +636,13 @@ def restore_trainer(save_dir: str, work_dir: Optional[str] = None, step: Optiona
     Reads the run's `train_config.json`, `vocab.txt` and `options.json`. `step`: the checkpoint of that step
     (default: the latest). `work_dir` (default: `save_dir`) is the trainer's own directory; nothing is written
     to it unless it trains. Its global batch is the checkpoint's (a run on N replicas carried N x batch_size rows).
+
+    `save_dir` may instead be a folder of weight files whose weights.hdf5 holds the softmax (`export.py
+    --format=hdf5` of a training directory, the published biLMs under pretrained/): its model and softmax, the
+    recipe's settings, no carried states.
     """
+    if is_weights_folder(save_dir):
+        return _weights_folder_trainer(save_dir, work_dir)
     for name in ("train_config.json", "vocab.txt", "options.json"):
         if not os.path.isfile(os.path.join(save_dir, name)):
             raise FileNotFoundError(f"{save_dir!r} is not a training directory: it has no {name}.")
@@ -615,6 +662,31 @@ def restore_trainer(save_dir: str, work_dir: Optional[str] = None, step: Optiona
         prefix,
         partial=True,
     )
+    return trainer
+
+
+def _weights_folder_trainer(folder: str, work_dir: Optional[str]) -> Trainer:
+    """`restore_trainer` of a folder of weight files (options.json, weights.hdf5 with the softmax, vocab.txt)."""
+    from elmo_tf.model.weights_io import load_softmax, load_weights
+    from elmo_tf.training.config import recipe_config
+
+    vocab_file = os.path.join(folder, "vocab.txt")
+    if not os.path.isfile(vocab_file):
+        raise FileNotFoundError(f"{folder!r} has options.json and weights.hdf5 but no vocab.txt: its softmax rows "
+                                "cannot be matched to words.")
+    vocab = Vocabulary.from_file(vocab_file)
+    config = BiLMConfig.from_json_file(os.path.join(folder, "options.json"))
+    weight_file = os.path.join(folder, "weights.hdf5")
+    softmax = load_softmax(weight_file, vocab.size, config.lstm.output_dim)
+    if softmax is None:
+        raise FileNotFoundError(f"{weight_file!r} holds no softmax (softmax/W, softmax/b), which perplexity needs; an "
+                                "original bilm-tf file has none. `export.py --checkpoint_dir=RUN --format=hdf5` writes it.")
+    train_config = recipe_config(config, n_negative_samples=min(config.training.get("n_negative_samples_batch", 8192),
+                                                                vocab.size), max_steps=1)  # (it evaluates; trains no step)
+    trainer = Trainer(config, vocab, train_config, work_dir or folder)
+    load_weights(trainer.model, weight_file)
+    trainer.softmax.softmax_weights.assign(softmax[0])
+    trainer.softmax.softmax_bias.assign(softmax[1])
     return trainer
 
 

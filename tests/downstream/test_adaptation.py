@@ -12,7 +12,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from elmo_tf import training  # noqa: E402
 from evaluation.lm import adapt_lm, module_protocol_perplexity, prepare_corpus, task_corpus, train_lm  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
 
@@ -23,10 +22,7 @@ REVIEWS = ["the film was great and the acting was great .", "a dull film with a 
 
 
 @pytest.mark.slow  # two tiny biLMs trained (~20 s)
-def test_adaptation_starts_from_the_general_bilm_and_lowers_dev_perplexity(tmp_path, monkeypatch):
-    # One device, as the evaluation runs on this machine: the suite's 3 logical CPUs would make a MirroredStrategy,
-    # whose collectives can clash with those of strategies built earlier in the same test worker.
-    monkeypatch.setattr(training, "make_strategy", lambda: tf.distribute.OneDeviceStrategy("/cpu:0"))
+def test_adaptation_starts_from_the_general_bilm_and_lowers_dev_perplexity(tmp_path):
     options = json.loads((FIXTURES / "tiny" / "options.json").read_text())
     options.update(batch_size=4, unroll_steps=5, n_negative_samples_batch=20, n_tokens_vocab=100)  # the training fields
     (tmp_path / "options.json").write_text(json.dumps(options))

@@ -40,10 +40,18 @@ def test_train_eval_and_export_from_the_command_line(corpus, tmp_path):
     result = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert set(result) >= {"perplexity", "perplexity_forward", "perplexity_backward"}
     assert abs(result["perplexity"] - summary["heldout_perplexity"]) < 1e-3 * summary["heldout_perplexity"]
+    assert result["zero_state"]["tokens"] == result["tokens"] and result["zero_state"]["perplexity"] > 1
 
     exported = run("export.py", f"--checkpoint_dir={save_dir}", f"--export_dir={tmp_path / 'again'}", "--format=hdf5")
     assert exported.returncode == 0, exported.stderr[-3000:]
-    assert sorted(os.listdir(tmp_path / "again")) == ["options.json", "weights.hdf5"]
+    assert sorted(os.listdir(tmp_path / "again")) == ["options.json", "vocab.txt", "weights.hdf5"]
+    # The folder of weight files (softmax included) evaluates as the training directory does, in both protocols.
+    from_files = run("train.py", "--mode=eval", f"--save_dir={tmp_path / 'again'}", f"--heldout_prefix={corpus}")
+    assert from_files.returncode == 0, from_files.stderr[-3000:]
+    again = json.loads(from_files.stdout.strip().splitlines()[-1])
+    for protocol in (lambda r: r, lambda r: r["zero_state"]):
+        for key in ("perplexity_forward", "perplexity_backward"):
+            assert abs(protocol(again)[key] - protocol(result)[key]) < 1e-4 * protocol(result)[key]
 
 
 @pytest.mark.parametrize(

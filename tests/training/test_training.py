@@ -450,3 +450,49 @@ def test_continued_pretraining_with_a_new_vocabulary(corpus, tmp_path):
     other = BiLMConfig.from_json_file(str(FIXTURES / "tiny2" / "options.json"))
     with pytest.raises(ValueError, match="architecture differs"):
         training.Trainer(other, new_vocab, tiny_train_config(1), str(tmp_path / "fourth")).warm_start(str(tmp_path / "first"))
+    # from a folder of weight files with the softmax (export.py --format=hdf5 of a run, the published biLMs): the same
+    # start as from the run itself; a float16 softmax within float16's rounding
+    for dtype, tolerance in (("float32", 0), ("float16", 1e-3)):
+        folder = str(tmp_path / f"files_{dtype}")
+        hub_export.export_hdf5(training.restore_bilm(str(tmp_path / "first")), folder, softmax=training.restore_softmax(
+            str(tmp_path / "first")), vocab=corpus["vocab"], softmax_dtype=dtype)
+        assert training.is_weights_folder(folder) and not training.is_weights_folder(str(tmp_path / "first"))
+        fifth = training.Trainer(tiny_config(), new_vocab, tiny_train_config(1), str(tmp_path / f"fifth_{dtype}"))
+        fifth.warm_start(folder)
+        for a, b in zip(second.model.weights, fifth.model.weights):
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+        shared = [new_vocab.id_of(w) for w in new_vocab.words if w in corpus["vocab"]]
+        np.testing.assert_allclose(fifth.softmax.softmax_weights.numpy()[shared], new_w[shared], rtol=tolerance,
+                                   atol=tolerance)
+        # and it evaluates as the run does (full softmax, both protocols)
+        heldout = corpus["glob"]
+        ours, theirs = training.restore_trainer(folder), training.restore_trainer(str(tmp_path / "first"))
+        for kwargs in ({}, {"sentence_by_sentence": True}):
+            a, b = ours.evaluate(heldout, **kwargs), theirs.evaluate(heldout, **kwargs)
+            assert a["tokens"] == b["tokens"]
+            np.testing.assert_allclose(a["perplexity"], b["perplexity"], rtol=1e-5 if dtype == "float32" else 1e-2)
+
+
+@pytest.mark.slow
+def test_a_biLM_then_its_adaptation_on_new_strategies_in_one_process(corpus, tmp_path):
+    """A biLM, then its continued pretraining on a new vocabulary (another softmax shape), each under a new
+    make_strategy() over the 3 logical CPUs, in one process: the second strategy's collectives once reused the first's
+    keys and failed in CollectiveReduceV2 ("Shape mismatch in the collective instance 100"). The adaptation's steps
+    equal those of the same adaptation on one device."""
+    tc = dict(dropout=0.0, checkpoint_every=1000)  # no dropout: its draws differ by replica
+    general = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(2, batch_size=2, **tc),
+                               str(tmp_path / "general"), training.make_strategy())
+    assert general.num_replicas == 3
+    general.train(corpus["glob"])
+    (tmp_path / "task.txt").write_text("the cat met a zebra .\nzebras like the sun .\n" * 20)
+    task_vocab = Vocabulary.build(str(tmp_path / "task.txt"))
+    assert task_vocab.size != corpus["vocab"].size
+    losses = {}
+    for name, batch_size, strategy in (("three", 2, training.make_strategy()), ("one", 6, None)):
+        trainer = training.Trainer(tiny_config(), task_vocab, tiny_train_config(2, batch_size=batch_size, **tc),
+                                   str(tmp_path / name), strategy)
+        steps = losses[name] = []
+        trainer.train(str(tmp_path / "task.txt"), init_from=str(tmp_path / "general"),
+                      on_step=lambda step, m: steps.append(m["loss_forward"] + m["loss_backward"]))
+    assert len(losses["three"]) == 2
+    np.testing.assert_allclose(losses["three"], losses["one"], rtol=1e-5)
