@@ -61,17 +61,25 @@ def build_once(name: str, inputs: list[Path], build: Callable[[Path], None]) -> 
     return final
 
 
-def reference_export(fixture: str = "tiny", trainable: str = "mix") -> str:
-    """`export_original` of tests/fixtures/<fixture> with `trainable`: the SavedModel's folder (read-only)."""
-    from elmo_tf.export.hub import export_original
+def reference_export(fixture: str = "tiny", trainable: str = "mix", tokenizer: str = "whitespace") -> str:
+    """`export_original` of tests/fixtures/<fixture> with `trainable` (and, when not "whitespace", the `default`
+    signature's `tokenizer`, as `export.py --tokenizer`): the SavedModel's folder (read-only)."""
+    from elmo_tf.export.hub import ExportOptions, export_module, export_original
+    from elmo_tf.model.weights_io import load_original
 
     folder = FIXTURES / fixture
+    options_file, weight_file = str(folder / "options.json"), str(folder / "weights.hdf5")
 
     def build(target: Path) -> None:
-        export_original(str(folder / "options.json"), str(folder / "weights.hdf5"), str(target), trainable=trainable)
+        if tokenizer == "whitespace":
+            export_original(options_file, weight_file, str(target), trainable=trainable)
+        else:  # export_original has no tokenizer argument
+            options = ExportOptions(trainable=trainable, tokenizer=tokenizer)
+            export_module(load_original(options_file, weight_file), str(target), export_options=options)
 
-    inputs = [folder / "options.json", folder / "weights.hdf5"]
-    return str(build_once(f"export-{fixture}-{trainable}", inputs, build))
+    # Not "export-{fixture}-{trainable}-{tokenizer}": build_once deletes "{name}-*" as stale entries of `name`.
+    name = f"export-{fixture}-{trainable}" if tokenizer == "whitespace" else f"export-{tokenizer}-{fixture}-{trainable}"
+    return str(build_once(name, [folder / "options.json", folder / "weights.hdf5"], build))
 
 
 def copy_of(export: str, target: Path) -> Path:

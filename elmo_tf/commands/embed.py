@@ -23,6 +23,7 @@ from elmo_tf.commands.flag_checks import INT32_MAX, run_command  # noqa: E402
 from elmo_tf.commands.embed_flags import (  # noqa: E402
     EXIT_BAD_INPUT,
     define_output_flags,
+    define_tokenized_flag,
     mix_weights_from_flags,
     usage_error,
 )
@@ -36,8 +37,8 @@ flags.DEFINE_string("options_file", None, "The model's options.json (original bi
 flags.DEFINE_string("weight_file", None, "The model's weights.hdf5 (original bilm-tf layout), with --options_file.")
 # What is written: --layers, --mix_weights, --gamma, --dtype.
 define_output_flags()
-flags.DEFINE_bool("tokenized", True, "Lines are whitespace-separated tokens. false: split them with the module's "
-                  "in-graph tokenizer (the one chosen at export), or on whitespace with --options_file.")
+# How lines become tokens: --tokenized.
+define_tokenized_flag(original_files=True)
 # How.
 flags.DEFINE_integer("batch_size", 64, "Sentences per model call.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_batch_tokens", 4096, "At most this many padded token slots (sentences x longest) per "
@@ -67,6 +68,12 @@ def main(argv):
         raise usage_error("A model is required: --module=DIR, or --options_file=F --weight_file=F.")
     if original and not (FLAGS.options_file and FLAGS.weight_file):
         raise usage_error("--options_file and --weight_file must be given together.")
+    if original and FLAGS.tokenized is False:
+        raise usage_error(
+            "--tokenized=false splits lines with a module's in-graph tokenizer, and --options_file/--weight_file "
+            "have none: give --module=DIR (export.py --tokenizer=... chooses its tokenizer), or leave --tokenized "
+            "unset to split the lines on whitespace."
+        )
     mix_weights = mix_weights_from_flags()
 
     from elmo_tf.model.config import ConfigError
@@ -88,6 +95,9 @@ def main(argv):
             max_batch_tokens=FLAGS.max_batch_tokens,
             precision=FLAGS.precision,
         )
+        if FLAGS.tokenized is None:
+            logging.info("Splitting lines with the model's tokenizer, %s (--tokenized=true: lines already "
+                         "whitespace-tokenized).", embedder.tokenizer)
         result = embedder.embed_file(
             FLAGS.input_file,
             FLAGS.output_file,

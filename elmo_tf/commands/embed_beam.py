@@ -20,7 +20,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags, logging  # noqa: E402
 
-from elmo_tf.commands.embed_flags import define_output_flags, mix_weights_from_flags, usage_error  # noqa: E402
+from elmo_tf.commands.embed_flags import (  # noqa: E402
+    define_output_flags,
+    define_tokenized_flag,
+    mix_weights_from_flags,
+    usage_error,
+)
 from elmo_tf.commands.flag_checks import INT32_MAX, exit_on_flag_error, run_command  # noqa: E402
 
 # Required.
@@ -32,8 +37,8 @@ flags.DEFINE_string("module", None, "A module folder written by export.py (holdi
                     "gs:// folder, copied to each worker once.")
 # What is written (as elmo_tf.embed): --layers, --mix_weights, --gamma, --dtype.
 define_output_flags()
-flags.DEFINE_bool("tokenized", True, "Lines are whitespace-separated tokens. false: split them with the module's "
-                  "in-graph tokenizer (the one chosen at export).")
+# How lines become tokens: --tokenized.
+define_tokenized_flag(original_files=False)
 # How.
 flags.DEFINE_integer("batch_size", 64, "Sentences per model call (batched by length within a chunk).", lower_bound=1,
                      upper_bound=INT32_MAX)

@@ -28,6 +28,21 @@ def define_output_flags() -> None:
     flags.DEFINE_enum("dtype", "float32", ["float32", "float16"], "Type of the stored embeddings.")
 
 
+def define_tokenized_flag(original_files: bool) -> None:
+    """--tokenized: unset follows the model's own tokenizer; true / false say how lines are split.
+
+    Args:
+      original_files: the command also takes --options_file (whose model names no tokenizer: whitespace).
+    """
+    flags.DEFINE_bool(
+        "tokenized", None,
+        "How lines are split into tokens. Unset (default): as the model splits raw text, with the module's own "
+        "tokenizer (export.py --tokenizer: whitespace, or cjk_chars: every CJK ideograph a token)"
+        + (", on whitespace with --options_file" if original_files else "")
+        + ". true: lines are already whitespace-tokenized, each whitespace-separated piece is one token. false: "
+        "the module's in-graph tokenizer" + (" (needs --module)." if original_files else "."))
+
+
 def mix_weights_from_flags() -> Optional[list[float]]:
     """Checks --layers / --mix_weights / --gamma together; returns the mix weights (None unless --layers=mix)."""
     FLAGS = flags.FLAGS

@@ -76,7 +76,7 @@ def check_file_paths(input_file: str, output_file: str, *, overwrite: bool = Fal
             )
 
 
-def embed_file(embedder, input_file: str, output_file: str, *, tokenized: bool, dtype: str, overwrite: bool,
+def embed_file(embedder, input_file: str, output_file: str, *, tokenized: Optional[bool], dtype: str, overwrite: bool,
                chunk_lines: int, progress: bool, on_batch: Optional[Callable[[int, int], None]]) -> EmbedFileResult:
     """`Embedder.embed_file` (documented there) with `embedder`."""
     start_time = time.time()
@@ -84,16 +84,22 @@ def embed_file(embedder, input_file: str, output_file: str, *, tokenized: bool, 
         raise EmbedError(f"`dtype` must be one of {list(DTYPES)}; received {dtype!r}.")
     if isinstance(chunk_lines, bool) or not isinstance(chunk_lines, int) or chunk_lines < 1:
         raise EmbedError(f"`chunk_lines` must be an integer >= 1; received {chunk_lines!r}.")
+    if tokenized is False and not embedder.has_module_tokenizer:
+        raise EmbedError(
+            "`tokenized=False` splits lines with a module's in-graph tokenizer, and the original files have none; "
+            "leave `tokenized` unset to split them on whitespace, or export a module (export.py --tokenizer=...)."
+        )
     input_file, output_file = os.fspath(input_file), os.path.abspath(os.fspath(output_file))
     check_file_paths(input_file, output_file, overwrite=overwrite)
     num_lines = count_lines(input_file)  # also rejects invalid UTF-8 before any work
-    use_module_tokenizer = not tokenized and embedder.has_module_tokenizer
+    use_module_tokenizer = embedder.uses_module_tokenizer(None if tokenized is None else not tokenized)
     settings = {
         "model": embedder.model_description,
         "layers": embedder.layers,
         "mix_weights": embedder.mix_weights,
         "gamma": embedder.gamma if embedder.layers == "mix" else None,
         "dtype": dtype,
+        # "module": split by the module's `default` signature; "whitespace": by `str.split()`, fed to `tokens`.
         "tokenizer": "module" if use_module_tokenizer else "whitespace",
     }
     partial = output_file + hdf5_file.PARTIAL_SUFFIX

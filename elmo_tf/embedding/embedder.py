@@ -6,6 +6,9 @@ its `tokens` signature) or the original `options.json` + `weights.hdf5` (a Keras
 sorted by length, cut into batches and put back in order, so padding stays small; every sentence is
 embedded from a zero LSTM state, so its arrays do not depend on its batch-mates.
 
+Raw texts are split the way the model expects unless told otherwise: a module's own tokenizer (the one
+chosen at export, `Embedder.tokenizer`), whitespace for the original files.
+
 `Embedder.embed_file` writes the layout of AllenNLP's `elmo` command (`hdf5_file.py`), resumably.
 
 Shape legend: B sentences in a batch, T tokens of its longest sentence, n tokens of one sentence,
@@ -32,6 +35,9 @@ from elmo_tf.text.tokens import max_tokens
 from elmo_tf.utils.batching import length_batches
 
 LAYER_MODES = ("all", "top", "average", "mix")
+# A text that every tokenizer of `char_ids.TOKENIZERS` splits into a different number of tokens (whitespace 2,
+# cjk_chars 3): what a module's `default` signature makes of it tells which tokenizer it was exported with.
+TOKENIZER_PROBE = "\u4e00\u4e8c ab"
 
 
 class Embedder:
@@ -110,6 +116,7 @@ class Embedder:
         if precision not in PRECISIONS:
             raise EmbedError(f"`precision` must be one of {list(PRECISIONS)}; received {precision!r}.")
         self.precision = precision
+        self._tokenizer: Optional[str] = None  # found on first use (`tokenizer`)
 
         path = os.fspath(path_or_options)
         if not os.path.exists(path):
@@ -194,6 +201,7 @@ class Embedder:
         if self.precision != "float32":
             self.model_description += f",precision:{self.precision}"
         self._bilm = bilm
+        self._tokenizer = "whitespace"  # the original's inputs are whitespace-tokenized; the files name no tokenizer
 
         # The same text -> ids code as the exported `tokens` signature, so both back ends agree.
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string), tf.TensorSpec([None], tf.int32)])
@@ -208,6 +216,28 @@ class Embedder:
     def has_module_tokenizer(self) -> bool:
         """Whether raw texts can be split by the model's in-graph tokenizer (a module's `default` signature)."""
         return self._run_texts is not None
+
+    @property
+    def tokenizer(self) -> str:
+        """How the model splits raw text: a module's own tokenizer (one of `char_ids.TOKENIZERS`, chosen at export
+        with `export.py --tokenizer`), or "whitespace" for the original files.
+
+        A module does not store the name, so the first use runs its `default` signature once on
+        `TOKENIZER_PROBE` (one short sentence).
+        """
+        if self._tokenizer is None:
+            self._tokenizer = module_tokenizer(self._module.signatures["default"])
+        return self._tokenizer
+
+    def uses_module_tokenizer(self, use_module_tokenizer: Optional[bool] = None) -> bool:
+        """Whether `embed_texts` / `embed_batches` with this argument split texts with the module's `default`
+        signature (True) or with `str.split()` (False). None follows the model: only a module whose tokenizer is not
+        whitespace needs its signature (for the others `str.split()` gives the same tokens, batched by their count)."""
+        if use_module_tokenizer is None:
+            return self.tokenizer != "whitespace"
+        if use_module_tokenizer and not self.has_module_tokenizer:
+            raise EmbedError("`use_module_tokenizer=True` needs an exported module; this Embedder has original files.")
+        return bool(use_module_tokenizer)
 
     def _combine(self, layers: list) -> tf.Tensor:
         """L + 1 x `[B, T, 2P]` -> `[B, L + 1, T, 2P]` ("all") or `[B, T, 2P]` (the other modes)."""
@@ -237,34 +267,32 @@ class Embedder:
                 results[index] = array
         return results
 
-    def embed_texts(self, texts: Sequence[str], *, use_module_tokenizer: bool = False) -> list[np.ndarray]:
-        """Embeds untokenized sentences, split on whitespace like Python's `str.split()`.
+    def embed_texts(self, texts: Sequence[str], *, use_module_tokenizer: Optional[bool] = None) -> list[np.ndarray]:
+        """Embeds untokenized sentences, split the way the model splits raw text (`tokenizer`).
 
         Args:
           texts: a list of strings.
-          use_module_tokenizer: split with the exported module's in-graph tokenizer instead (the one chosen
-            at export, e.g. `cjk_chars`); needs a module.
+          use_module_tokenizer: None (default) follows the model: a module's own tokenizer (e.g. `cjk_chars`, every
+            CJK ideograph a token), whitespace like Python's `str.split()` for a whitespace module or the original
+            files. False: always `str.split()` (texts already whitespace-tokenized). True: the module's in-graph
+            tokenizer through its `default` signature; needs a module.
         Returns:
           as `embed_sentences`.
         """
         texts = _check_texts(texts)
-        if not use_module_tokenizer:
-            return self.embed_sentences([t.split() for t in texts])
-        if not self.has_module_tokenizer:
-            raise EmbedError("`use_module_tokenizer=True` needs an exported module; this Embedder has original files.")
         results: list[Optional[np.ndarray]] = [None] * len(texts)
-        for batch in self._embed_raw_texts(texts):
+        for batch in self.embed_batches(texts, use_module_tokenizer=use_module_tokenizer):
             for index, array in batch:
                 results[index] = array
         return results
 
     def embed_batches(
-        self, texts: Sequence[str], *, use_module_tokenizer: bool = False
+        self, texts: Sequence[str], *, use_module_tokenizer: Optional[bool] = None
     ) -> Iterator[list[tuple[int, np.ndarray]]]:
         """Embeds texts one model call at a time, the way `embed_file` batches them, for callers that write as they go.
 
         Args:
-          texts: a list of strings, split on whitespace like `str.split()` (or by the module's tokenizer).
+          texts: a list of strings, split as in `embed_texts`.
           use_module_tokenizer: as in `embed_texts`.
         Returns:
           an iterator over batches, each a list of `(index into texts, array)` (arrays as `embed_sentences`);
@@ -272,18 +300,16 @@ class Embedder:
           texts always give the same batches.
         """
         texts = _check_texts(texts)
-        if not use_module_tokenizer:
-            return self._embed_token_lists([t.split() for t in texts])
-        if not self.has_module_tokenizer:
-            raise EmbedError("`use_module_tokenizer=True` needs an exported module; this Embedder has original files.")
-        return self._embed_raw_texts(texts)
+        if self.uses_module_tokenizer(use_module_tokenizer):
+            return self._embed_raw_texts(texts)
+        return self._embed_token_lists([t.split() for t in texts])
 
     def embed_file(
         self,
         input_file: Union[str, os.PathLike],
         output_file: Union[str, os.PathLike],
         *,
-        tokenized: bool = True,
+        tokenized: Optional[bool] = None,
         dtype: str = "float32",
         overwrite: bool = False,
         chunk_lines: int = 10_000,
@@ -295,8 +321,10 @@ class Embedder:
         Args:
           input_file: one sentence per line.
           output_file: the HDF5 file to write; `OUTPUT.partial` holds the work until it is complete.
-          tokenized: lines are tokens separated by whitespace; False splits them with the module's in-graph
-            tokenizer (`default` signature) when there is a module, else on whitespace.
+          tokenized: None (default) splits lines the way the model splits raw text (`tokenizer`: a module's own,
+            whitespace for the original files); True: lines are already whitespace-tokenized, every
+            whitespace-separated piece is a token; False: split them with the module's in-graph tokenizer (its
+            `default` signature; needs a module).
           dtype: "float32" or "float16", the datasets' type.
           overwrite: replace an existing `output_file` (only once the new one is complete).
           chunk_lines: lines per chunk; progress is saved after every chunk, and memory holds one chunk's
@@ -308,8 +336,9 @@ class Embedder:
         Ctrl-C and SIGTERM raise KeyboardInterrupt at the next batch boundary; the unfinished chunk is rolled
         back and a rerun resumes after the last complete one.
         Raises:
-          EmbedError: bad paths or arguments, invalid UTF-8 (with the line number), an existing output without
-            `overwrite`, or an interrupted run whose settings or input differ from this one.
+          EmbedError: bad paths or arguments (`tokenized=False` with the original files), invalid UTF-8 (with the
+            line number), an existing output without `overwrite`, or an interrupted run whose settings or input
+            differ from this one.
         """
         return file_job.embed_file(
             self, input_file, output_file, tokenized=tokenized, dtype=dtype, overwrite=overwrite,
@@ -350,6 +379,26 @@ class Embedder:
             out, lengths = self._run_texts(tf.constant([texts[i] for i in rows], tf.string))
             out, lengths = out.numpy(), lengths.numpy()  # [B, ...], [B]
             yield [(int(i), _row(out, b, int(lengths[b]), self.layers)) for b, i in enumerate(rows)]
+
+
+def module_tokenizer(default_signature: Callable[..., dict]) -> str:
+    """Which of `char_ids.TOKENIZERS` a module's `default` signature splits text with, from the token count it
+    gives `TOKENIZER_PROBE`.
+
+    Raises:
+      EmbedError: the count is that of no known tokenizer (a module from a newer elmo_tf, or not elmo_tf's).
+    """
+    probe = tf.constant([TOKENIZER_PROBE])
+    n = int(default_signature(text=probe)["sequence_len"][0])
+    counts = {name: int(char_ids.split_text(probe, name).row_lengths()[0]) for name in char_ids.TOKENIZERS}
+    names = [name for name, count in counts.items() if count == n]
+    if len(names) != 1:
+        raise EmbedError(
+            f"Cannot tell the module's tokenizer: its `default` signature splits {TOKENIZER_PROBE!r} into {n} tokens; "
+            f"expected one of {counts}. Say how to split the text: on whitespace (`--tokenized=true`, "
+            "`use_module_tokenizer=False`) or with the module's own tokenizer (`--tokenized=false`, `True`)."
+        )
+    return names[0]
 
 
 def _row(out: np.ndarray, b: int, n: int, layers: str) -> np.ndarray:

@@ -63,7 +63,7 @@ class EmbedSettings:
     mix_weights: Optional[tuple[float, ...]] = None
     gamma: float = 1.0
     dtype: str = "float32"
-    tokenized: bool = True
+    tokenized: Optional[bool] = None  # None: split lines like the module (its own tokenizer); as `Embedder.embed_file`
     batch_size: int = 64
     chunk_lines: int = 10_000
     max_line_bytes: int = 100_000
@@ -172,7 +172,11 @@ class ReadChunks(beam.DoFn):
 
 
 class _LoadedModel:
-    """What a worker process loads once: the Embedder and the module's tokenizer (weak-referenceable for Shared)."""
+    """What a worker process loads once: the Embedder and how lines are split (weak-referenceable for Shared).
+
+    `use_module_tokenizer`: lines go through the module's `default` signature; `tokenizer`: the split that gives
+    the tokens recorded (`char_ids.TOKENIZERS`; "whitespace" is `str.split()`, the same tokens).
+    """
 
     def __init__(self, settings: EmbedSettings):
         from elmo_tf.embedding.embedder import Embedder
@@ -186,7 +190,9 @@ class _LoadedModel:
             mix_weights=settings.mix_weights,
             gamma=settings.gamma,
         )
-        self.tokenizer = None if settings.tokenized else _module_tokenizer(self.embedder)
+        tokenized = settings.tokenized
+        self.use_module_tokenizer = self.embedder.uses_module_tokenizer(None if tokenized is None else not tokenized)
+        self.tokenizer = self.embedder.tokenizer if self.use_module_tokenizer else "whitespace"
         self.load_seconds = time.perf_counter() - start
         self.reported = False
         logging.info("elmo_tf: loaded %s in %.1f s (pid %d).", settings.module, self.load_seconds, os.getpid())
@@ -205,24 +211,6 @@ def _local_module(path: str) -> str:
             with open(target, "wb") as dst:
                 shutil.copyfileobj(src, dst)
     return local
-
-
-def _module_tokenizer(embedder) -> str:
-    """Which of `char_ids.TOKENIZERS` the module's `default` signature was exported with (it is not stored
-    in the module), found by embedding a probe text whose token count differs between them."""
-    import tensorflow as tf
-
-    from elmo_tf.text import char_ids
-    from elmo_tf.errors import EmbedError
-
-    probe = "\u4e00\u4e8c ab"  # 2 CJK ideographs and a word: 2 whitespace tokens, 3 cjk_chars tokens
-    n = embedder.embed_texts([probe], use_module_tokenizer=True)[0].shape[-2]
-    names = [t for t in char_ids.TOKENIZERS if char_ids.split_text(tf.constant([probe]), t).row_lengths()[0] == n]
-    if len(names) != 1:
-        raise EmbedError(
-            f"The module's tokenizer splits {probe!r} into {n} tokens, like none of {char_ids.TOKENIZERS}."
-        )
-    return names[0]
 
 
 class EmbedChunks(beam.DoFn):
@@ -274,7 +262,7 @@ class EmbedChunks(beam.DoFn):
             body, spans = os.path.join(scratch, "records"), [None] * len(keep)
             with open(body, "wb") as f:
                 batches = self.model.embedder.embed_batches(
-                    [texts[i] for i in keep], use_module_tokenizer=not settings.tokenized
+                    [texts[i] for i in keep], use_module_tokenizer=self.model.use_module_tokenizer
                 )
                 for batch in batches:
                     for j, array in batch:
@@ -303,7 +291,7 @@ class EmbedChunks(beam.DoFn):
         }
 
     def _tokenize(self, texts: list[str]) -> list[list[str]]:
-        if self.settings.tokenized:
+        if self.model.tokenizer == "whitespace":
             return [t.split() for t in texts]
         import tensorflow as tf
 

@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from elmo_tf.embedding.embedder import EmbedError, Embedder  # noqa: E402
+from elmo_tf.embedding.embedder import EmbedError, Embedder, module_tokenizer  # noqa: E402
 from elmo_tf.embedding.input_file import count_lines  # noqa: E402
 from elmo_tf.utils.batching import length_batches  # noqa: E402
 from tests.shared_builds import reference_export  # noqa: E402
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 OPTIONS, WEIGHTS = str(TINY / "options.json"), str(TINY / "weights.hdf5")
 TOL = 1e-5
-SLOW_FIXTURES = {"module_dir", "original"}  # an export, the original files' model: their tests are slow (conftest.py)
+SLOW_FIXTURES = {"module_dir", "original", "cjk_module_dir"}  # exports, the original files' model: slow (conftest.py)
 CHILD_TIMEOUT = 300
 MIX_WEIGHTS, GAMMA = [1.0, -0.5, 2.0], 0.7
 
@@ -45,11 +45,25 @@ LENGTHS = _ref["lengths"]
 # A file with the fixture sentences, an empty and a blank line, a repeated line and extra spaces.
 LINES = [" ".join(s) for s in SENTENCES[:4]] + ["", "Hello", "   ", "  two  spaces\t"]
 LINES += [" ".join(s) for s in SENTENCES[4:]]
+# Chinese as plain characters (and mixed with words), for a module exported with --tokenizer=cjk_chars: 6, 2, 0 and 9
+# tokens (every CJK ideograph is one; "。" is punctuation, not an ideograph, so a token of its own by whitespace).
+ZH_LINES = ["我爱北京 and NLP", "中文", "", "北京是中国的首都 。"]
+ZH_TOKENS = [6, 2, 0, 9]
 
 
 @pytest.fixture(scope="module")
 def module_dir() -> str:
     return reference_export("tiny")
+
+
+@pytest.fixture(scope="module")
+def cjk_module_dir() -> str:  # the same model, its `default` signature splitting CJK text into characters
+    return reference_export("tiny", tokenizer="cjk_chars")
+
+
+@pytest.fixture(scope="module")
+def cjk_module(cjk_module_dir):
+    return tf.saved_model.load(cjk_module_dir)
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +93,15 @@ def module_layers(module, tokens: list[str]) -> np.ndarray:
     out = module.signatures["tokens"](tokens=tf.constant([tokens], tf.string), sequence_len=tf.constant([len(tokens)]))
     word = out["word_emb"].numpy()[0]
     lstm = [out[f"lstm_outputs{l}"].numpy()[0] for l in (1, 2)]
+    return np.stack([np.concatenate([word, word], -1)] + lstm)
+
+
+def module_default_layers(module, text: str) -> np.ndarray:
+    """`[L + 1, n, 2P]` from the module's `default` signature (its own tokenizer) for one text alone."""
+    out = module.signatures["default"](text=tf.constant([text]))
+    n = int(out["sequence_len"][0])
+    word = out["word_emb"].numpy()[0, :n]
+    lstm = [out[f"lstm_outputs{l}"].numpy()[0, :n] for l in (1, 2)]
     return np.stack([np.concatenate([word, word], -1)] + lstm)
 
 
@@ -176,6 +199,62 @@ def test_embed_texts_splits_like_str_split(embedder):
         for a, b in zip(got, want):
             assert a.shape == b.shape
             np.testing.assert_allclose(a, b, rtol=0, atol=TOL)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Raw text follows the model's tokenizer
+
+
+def test_texts_follow_a_cjk_chars_module(cjk_module_dir, cjk_module):
+    embedder = Embedder(cjk_module_dir, batch_size=3)
+    assert embedder.tokenizer == "cjk_chars" and embedder.uses_module_tokenizer()
+    got = embedder.embed_texts(ZH_LINES)
+    for text, n, array in zip(ZH_LINES, ZH_TOKENS, got):
+        want = module_default_layers(cjk_module, text)  # one vector per character, as the module's `default` gives
+        assert array.shape == want.shape == (3, n, 32), text
+        np.testing.assert_allclose(array, want, rtol=0, atol=TOL, err_msg=text)
+    # Explicitly whitespace-tokenized (--tokenized=true): every whitespace-separated piece is one token.
+    pieces = embedder.embed_texts(ZH_LINES, use_module_tokenizer=False)
+    assert [a.shape[1] for a in pieces] == [len(t.split()) for t in ZH_LINES] == [3, 1, 0, 2]
+    np.testing.assert_allclose(pieces[1], embedder.embed_sentences([["中文"]])[0], rtol=0, atol=TOL)
+
+
+def test_texts_follow_a_whitespace_model_as_before(embedder, original, corpus, tmp_path):
+    assert embedder.tokenizer == original.tokenizer == "whitespace"
+    assert not embedder.uses_module_tokenizer() and not original.uses_module_tokenizer()
+    before = embedder.embed_sentences([line.split() for line in LINES])  # what embed_texts gave before
+    for a, b in zip(embedder.embed_texts(LINES), before):
+        np.testing.assert_array_equal(a, b)
+    # embed_file: an interrupted run of the former default (tokenized=True) resumes under the new one, and the
+    # file equals a tokenized=True run's bit for bit.
+    out = str(tmp_path / "out.hdf5")
+
+    def stop_in_second_chunk(written, total):
+        if written >= 6:
+            raise Interrupt()
+
+    with pytest.raises(Interrupt):
+        embedder.embed_file(corpus, out, tokenized=True, chunk_lines=4, progress=False, on_batch=stop_in_second_chunk)
+    assert embedder.embed_file(corpus, out, chunk_lines=4, progress=False).resumed_lines == 4
+    tokenized = embedder.embed_file(corpus, str(tmp_path / "tokenized.hdf5"), tokenized=True, chunk_lines=4,
+                                    progress=False)
+    (arrays, index), (want, want_index) = read_h5(out), read_h5(tokenized.output_file)
+    assert index == want_index and sorted(arrays) == sorted(want)
+    for key in want:
+        np.testing.assert_array_equal(arrays[key], want[key], err_msg=key)
+    with pytest.raises(EmbedError, match=r"`tokenized=False` splits lines with a module's in-graph tokenizer"):
+        original.embed_file(corpus, str(tmp_path / "never.hdf5"), tokenized=False, progress=False)
+    assert not os.path.exists(tmp_path / "never.hdf5.partial")
+
+
+def test_module_tokenizer_is_found_by_its_split_of_the_probe():
+    def default_signature(tokens):  # a stand-in for a module's `default` signature that splits into `tokens`
+        return lambda text: {"sequence_len": tf.constant([tokens])}
+
+    assert module_tokenizer(default_signature(2)) == "whitespace"
+    assert module_tokenizer(default_signature(3)) == "cjk_chars"
+    with pytest.raises(EmbedError, match=r"splits '一二 ab' into 5 tokens; expected one of \{'whitespace': 2, "):
+        module_tokenizer(default_signature(5))
 
 
 @pytest.mark.parametrize(
@@ -431,3 +510,32 @@ def test_cli_bad_input_is_a_one_line_error(module_dir, tmp_path):
     assert invalid.returncode == 2 and "Traceback" not in invalid.stderr
     assert "line 2 is not valid UTF-8" in invalid.stderr
     assert not os.path.exists(tmp_path / "o.hdf5.partial")
+
+
+@pytest.mark.slow
+def test_cli_follows_the_module_tokenizer(cjk_module_dir, cjk_module, tmp_path):
+    """Chinese given as plain characters, to a module exported with --tokenizer=cjk_chars: one vector per character."""
+    (tmp_path / "zh.txt").write_text("\n".join(ZH_LINES) + "\n", encoding="utf-8")
+    run = run_embed(f"--input_file={tmp_path / 'zh.txt'}", f"--output_file={tmp_path / 'zh.hdf5'}",
+                    f"--module={cjk_module_dir}", "--noprogress")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Splitting lines with the model's tokenizer, cjk_chars" in run.stderr, run.stderr[-2000:]
+    assert re.search(r"Wrote .*zh.hdf5: 4 lines \(4 embedded now", run.stderr), run.stderr[-2000:]
+    arrays, index = read_h5(str(tmp_path / "zh.hdf5"))
+    assert index == {line: str(i) for i, line in enumerate(ZH_LINES)}
+    for i, (text, n) in enumerate(zip(ZH_LINES, ZH_TOKENS)):
+        assert arrays[str(i)].shape == (3, n, 32), text
+        want = module_default_layers(cjk_module, text)
+        np.testing.assert_allclose(arrays[str(i)], want, rtol=0, atol=TOL, err_msg=text)
+
+
+def test_cli_tokenized_false_needs_a_module(tmp_path):
+    """A contradictory explicit combination is refused before any model loads, in one line naming the flag."""
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    run = run_embed(f"--input_file={tmp_path / 'in.txt'}", f"--output_file={tmp_path / 'o.hdf5'}",
+                    f"--options_file={OPTIONS}", f"--weight_file={WEIGHTS}", "--tokenized=false")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("--tokenized=false splits lines with a module's in-graph tokenizer"), last
+    assert "--options_file/--weight_file have none" in last and "leave --tokenized unset" in last
+    assert os.listdir(tmp_path) == ["in.txt"]

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 OPTIONS, WEIGHTS = str(TINY / "options.json"), str(TINY / "weights.hdf5")
 TOL = 1e-5
-SLOW_FIXTURES = {"module_dir"}  # an export: their tests are slow (conftest.py)
+SLOW_FIXTURES = {"module_dir", "cjk_module_dir"}  # exports: their tests are slow (conftest.py)
 CHILD_TIMEOUT = 600
 CHUNK_LINES, BATCH_SIZE, MAX_LINE_BYTES, MAX_TOKENS = 4, 3, 200, 30
 
@@ -64,6 +64,11 @@ BAD = [  # (line, reason) of c_bad.txt
 @pytest.fixture(scope="module")
 def module_dir() -> str:
     return reference_export("tiny")
+
+
+@pytest.fixture(scope="module")
+def cjk_module_dir() -> str:
+    return reference_export("tiny", tokenizer="cjk_chars")
 
 
 @pytest.fixture(scope="module")
@@ -245,28 +250,32 @@ def test_hdf5_conversion_equals_embed_file(module_dir, corpus, tmp_path, overrid
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
-class ProbeEmbedder:
-    """Stands in for an Embedder whose module tokenizer splits the probe text into `n` tokens."""
+def test_lines_follow_a_cjk_chars_module(cjk_module_dir, tmp_path):
+    """By default lines are split like the module splits raw text: Chinese given as plain characters, to a module
+    exported with --tokenizer=cjk_chars, gives one token (and vector) per character, as `elmo_tf.embed` does."""
+    lines = ["我爱北京 and NLP", "中文", "", "北京是中国的首都 。", "plain  words"]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "zh.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "out").mkdir()
+    run_in_process(cjk_module_dir, f"{tmp_path}/in/*.txt", tmp_path / "out" / "emb")
+    records = list(embed_records.read_records(str(tmp_path / "out" / "emb")))
+    chars = [["我", "爱", "北", "京", "and", "NLP"], ["中", "文"], [], [*"北京是中国的首都", "。"], ["plain", "words"]]
+    assert [list(r.tokens) for r in records] == chars
+    Embedder(cjk_module_dir, batch_size=BATCH_SIZE).embed_file(
+        str(tmp_path / "in" / "zh.txt"), str(tmp_path / "embed.hdf5"), chunk_lines=CHUNK_LINES, progress=False)
+    want, _ = read_h5(tmp_path / "embed.hdf5")
+    for r in records:
+        assert r.embeddings.shape == (3, len(r.tokens), 32)
+        np.testing.assert_array_equal(r.embeddings, want[str(r.line)], err_msg=r.text)  # bit for bit
+    assert embed_records.read_manifest(str(tmp_path / "out" / "emb"))["settings"]["tokenized"] is None
 
-    def __init__(self, n: int):
-        self.n = n
 
-    def embed_texts(self, texts, use_module_tokenizer=False):
-        assert use_module_tokenizer
-        return [np.zeros((self.n, 4), np.float32) for _ in texts]
-
-
-def test_module_tokenizer_is_found_and_its_tokens_recorded():
-    # Exporting a cjk_chars module takes long, so the probe logic runs on stand-ins; the whitespace case runs
-    # end to end above (mix-float16-module-tokenizer), and EmbedChunks checks every record's token count
-    # against the module's.
-    assert embed_pipeline._module_tokenizer(ProbeEmbedder(2)) == "whitespace"
-    assert embed_pipeline._module_tokenizer(ProbeEmbedder(3)) == "cjk_chars"
-    with pytest.raises(EmbedError, match="into 5 tokens, like none of"):
-        embed_pipeline._module_tokenizer(ProbeEmbedder(5))
-    fn = embed_pipeline.EmbedChunks(embed_pipeline.EmbedSettings("in", "out", "module", tokenized=False))
+def test_recorded_tokens_are_the_module_tokenizer_s():
+    fn = embed_pipeline.EmbedChunks(embed_pipeline.EmbedSettings("in", "out", "module"))
     fn.model = types.SimpleNamespace(tokenizer="cjk_chars")
     assert fn._tokenize(["\u4e00\u4e8c ab", "", "plain  words"]) == [["\u4e00", "\u4e8c", "ab"], [], ["plain", "words"]]
+    fn.model = types.SimpleNamespace(tokenizer="whitespace")
+    assert fn._tokenize(["\u4e00\u4e8c ab", " \u3000 "]) == [["\u4e00\u4e8c", "ab"], []]
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -46,11 +46,11 @@ from tests.serving.test_serve import (  # noqa: E402
     REPO,
     SENTENCES,
     direct,
-    exec_doc_code,
     pad_tokens,
     reference,  # noqa: F401 - a fixture
     start_serve,
 )
+from tests.doc_code import exec_doc_code  # noqa: E402
 from tests.shared_builds import reference_export  # noqa: E402
 
 SLOW_FIXTURES = {"base_path"}  # an export served over gRPC: their tests are slow (conftest.py)

@@ -37,6 +37,7 @@ import tensorflow as tf  # noqa: E402
 
 from elmo_tf import serving  # noqa: E402
 from elmo_tf.errors import ModelDirError, ServeError  # noqa: E402
+from tests.doc_code import exec_doc_code  # noqa: E402
 from tests.shared_builds import copy_of, reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,16 +134,6 @@ def start_serve(base_path, log_path, *flags: str, door: str = "rest") -> tuple[s
         proc.wait()
         pytest.fail(f"The server did not start: {log_path.read_text()}")
     return proc, int(match.group(1))
-
-
-def exec_doc_code(path: Path, block: str, until: str) -> dict:
-    """Runs the ```python block of the doc `path` whose code matches `block`, up to the line starting with `until`
-    (the call on a fixed address); returns its namespace."""
-    code = re.search(r"```python\n(" + block + r".*?)\n```", path.read_text(encoding="utf-8"), re.S)
-    assert code, f"{path.name} lacks its example ({block!r})"
-    namespace: dict = {}
-    exec(compile(code[1].split("\n" + until)[0], path.name, "exec"), namespace)
-    return namespace
 
 
 def assert_outputs_equal(got: dict, want: dict[str, np.ndarray], tol: float = 0.0) -> None:

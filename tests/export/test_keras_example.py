@@ -1,0 +1,120 @@
+"""docs/snippets/keras_pretrained.md: its two tf_keras + TF-Hub examples, run as written in child processes.
+
+Each block runs in a fresh Python process, in a folder holding the tiny fixture's export as `elmo_en`, with
+TF_USE_LEGACY_KERAS taken out of the environment: the block's own first lines must select tf_keras before TensorFlow
+loads (checked: the model is a tf_keras model). The child then reports what the block did: the fit's losses, the
+predictions' shape, and for the string model the trained scalar mix; for the tokens model, its outputs with the padded
+tokens changed (the module ignores tokens past `sequence_len`) and with longer padding, which the mask must make no
+difference to (without it the mean changes by ~0.08 here), and with a real token changed, which must make one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.shared_builds import copy_of, reference_export
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "snippets" / "keras_pretrained.md"
+STRING_BLOCK = re.escape("# Raw sentences -> ELMo sentence vectors")
+TOKENS_BLOCK = re.escape("# Tokens + sequence_len -> ELMo per token")
+SLOW_FIXTURES = {"workdir"}  # an export and child processes (conftest.py)
+CHILD_TIMEOUT = 600
+EPOCHS, SENTENCES = 5, 8  # as the blocks fit
+
+# Runs one block (tests/doc_code.py imports no TensorFlow, so the block's first lines come first), then reports.
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from tests.doc_code import exec_doc_code
+
+    doc, block, out = sys.argv[1:4]
+    namespace = exec_doc_code(Path(doc), block)
+
+    import numpy as np
+    import tensorflow as tf
+
+    model = namespace["model"]
+    report = {
+        "keras": type(model).__module__,
+        "loss": [float(v) for v in namespace["history"].history["loss"]],
+        "probabilities": np.asarray(namespace["probabilities"]).tolist(),
+    }
+    if "inputs" in namespace:  # the tokens model: the same sentences, other padding
+        tokens, lengths = namespace["inputs"]["tokens"], namespace["inputs"]["sequence_len"]
+        padded = np.arange(tokens.shape[1])[None, :] >= lengths[:, None]  # [batch, T]
+        changed_padding = np.where(padded, "padding", tokens)
+        longer = np.concatenate([tokens, np.full((len(tokens), 3), "", dtype=object)], axis=1)
+        changed_word = tokens.copy()
+        changed_word[0, 0] = "terrible"
+        predict = lambda t: model.predict({"tokens": t, "sequence_len": lengths}, verbose=0).tolist()
+        report.update(padded_rows=int(padded.any(axis=1).sum()), base=predict(tokens),
+                      changed_padding=predict(changed_padding), longer=predict(longer),
+                      changed_word=predict(changed_word))
+    else:  # the string model: what trainable=True trained
+        trained = namespace["elmo"].trainable_weights
+        exported = tf.saved_model.load("elmo_en").trainable_variables
+        report["trainable"] = [v.name for v in trained]
+        report["mix_change"] = max(float(np.abs(a.numpy() - b.numpy()).max()) for a, b in zip(trained, exported))
+    with open(out, "w") as f:
+        json.dump(report, f)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A working directory holding tests/fixtures/tiny exported (elmo_tf.export) as `elmo_en`."""
+    folder = tmp_path_factory.mktemp("keras_example")
+    copy_of(reference_export("tiny"), folder / "elmo_en")
+    return folder
+
+
+def run_block(workdir: Path, block: str, name: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    out = workdir / f"{name}.json"
+    child = subprocess.run([sys.executable, "-c", _CHILD, str(DOC), block, str(out)], cwd=workdir, env=env,
+                           capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert child.returncode == 0, child.stderr[-5000:]
+    assert "P(positive):" in child.stdout and "loss per epoch:" in child.stdout, child.stdout
+    return json.loads(out.read_text())
+
+
+def check_fit(report: dict, predictions: int) -> None:
+    assert report["keras"].startswith("tf_keras"), report["keras"]  # TF_USE_LEGACY_KERAS took effect
+    assert len(report["loss"]) == EPOCHS and all(math.isfinite(v) for v in report["loss"]), report["loss"]
+    probabilities = np.array(report["probabilities"])
+    assert probabilities.shape == (predictions, 1)
+    assert np.all((probabilities > 0) & (probabilities < 1))
+
+
+def test_string_input_model_fits_and_trains_the_mix(workdir):
+    report = run_block(workdir, STRING_BLOCK, "string")
+    check_fit(report, predictions=2)
+    # export's default --trainable=mix: the scalar-mix weights and gamma, and fit moved them.
+    assert len(report["trainable"]) == 2 and any("gamma" in name for name in report["trainable"]), report
+    assert report["mix_change"] > 1e-6, report["mix_change"]
+
+
+def test_tokens_model_fits_and_its_mask_ignores_padding(workdir):
+    report = run_block(workdir, TOKENS_BLOCK, "tokens")
+    check_fit(report, predictions=SENTENCES)
+    base = np.array(report["base"])
+    np.testing.assert_allclose(1 / (1 + np.exp(-base)), report["probabilities"], rtol=0, atol=1e-6)  # the block's own
+    assert report["padded_rows"] >= 4  # the sentences' lengths differ, so most rows have padding
+    np.testing.assert_allclose(report["changed_padding"], base, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(report["longer"], base, rtol=0, atol=1e-6)
+    changed = np.abs(np.array(report["changed_word"]) - base)[:, 0]
+    assert changed[0] > 1e-6 and np.all(changed[1:] < 1e-6), changed  # a real token counts, in its row only
