@@ -4,7 +4,7 @@
     python train.py --train_prefix='corpus/*.txt' --vocab_file=vocab.txt --save_dir=runs/mine --preset=original
     python train.py --mode=eval --save_dir=runs/mine --heldout_prefix='heldout/*.txt'
 
-A run resumes from the latest checkpoint in --save_dir. See elmo_tf/training/ and docs/TRAINING.md for the recipe.
+A run resumes from the latest checkpoint in --save_dir. See elmo_tf/training/, docs/TRAINING.md (the guide) and docs/TRAINING_AUDIT.md (the recipe against the original).
 """
 
 from __future__ import annotations
@@ -46,20 +46,23 @@ flags.DEFINE_float("dropout", None, "Dropout (default: the preset's, 0.1), in [0
 check_float("dropout", 0, 1, high_open=True)
 flags.DEFINE_bool("scale_loss_by_unroll_steps", True, "Take the gradients of unroll_steps x the mean loss, as the "
                   "original does (its learning speed); --noscale_loss_by_unroll_steps: of the mean loss itself.")
-flags.DEFINE_integer("max_steps", None, "Stop after this many steps. Default: 600 for the default run, else none.",
-                     lower_bound=1, upper_bound=INT32_MAX)
-flags.DEFINE_integer("n_epochs", None, "Passes over the corpus (default: repeat until --max_steps).", lower_bound=1,
+flags.DEFINE_integer("max_steps", None, "Stop after this many steps. Default: 600 for the bundled demo (the default "
+                     "--train_prefix); on your own corpus, none: --n_epochs ends the run.", lower_bound=1,
                      upper_bound=INT32_MAX)
+flags.DEFINE_integer("n_epochs", None, "Passes over the corpus. Default: with --max_steps, as many as it takes; with "
+                     "neither flag, on your own corpus, the n_epochs of the model's options (1 for --preset=small, 10 for "
+                     "original; 1 if they give none).", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("vocab_size", None, "Size cut when building the vocabulary, the 3 special tokens included (default: "
                      "the preset's n_tokens_vocab).", lower_bound=3, upper_bound=INT32_MAX)
 flags.DEFINE_integer("min_count", 1, "Minimum count when building the vocabulary.", lower_bound=1, upper_bound=INT32_MAX)
-flags.DEFINE_integer("checkpoint_every", 200, "Steps between checkpoints (each one gets the zero-state health check).",
-                     lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("checkpoint_every", 200, "Steps between checkpoints (also one at the end and on SIGTERM/SIGINT); "
+                     "a checkpoint gets the zero-state health check every --health_every steps.", lower_bound=1,
+                     upper_bound=INT32_MAX)
 flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept: the newest N, plus the newest healthy one if it is older.",
                      lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_float("state_reset_prob", 0.01, "Before each window, zero each row's carried LSTM state with this "
                    "probability (per direction), so the biLM also learns to run from the zero state the exported module "
-                   "starts every sentence from; 0: the original's recipe exactly (docs/TRAINING.md).")
+                   "starts every sentence from; 0: the original's recipe exactly (docs/TRAINING_AUDIT.md).")
 check_float("state_reset_prob", 0, 1)
 flags.DEFINE_integer("health_every", 1000, "Steps between zero-state health checks: a checkpoint is checked when at "
                      "least this many steps passed since the last checked one; the last checkpoint always is.",
@@ -162,12 +165,15 @@ def _train() -> dict:
     vocab = training.setup.load_or_build_vocab(
         FLAGS.vocab_file or os.path.join(FLAGS.save_dir, "vocab.txt"), FLAGS.train_prefix,
         FLAGS.vocab_size or config.training.get("n_tokens_vocab"), FLAGS.min_count)
-    default_run = not any(FLAGS[name].present for name in ("max_steps", "n_epochs"))
+    # FLAGS.max_steps and FLAGS.n_epochs are None unless given: with neither, the demo's steps or the recipe's epochs.
+    demo = os.path.normpath(FLAGS.train_prefix) == os.path.normpath(DEFAULT_TRAIN)
+    bound = training.run_length.run_bound(FLAGS.max_steps, FLAGS.n_epochs, demo=demo,
+                                          recipe_epochs=config.training.get("n_epochs"), recipe=_recipe_name())
     recipe = {name: FLAGS[name].value for name in ("batch_size", "unroll_steps", "n_negative_samples", "dropout")}
     train_config = training.recipe_config(
         config, **{name: value for name, value in recipe.items() if value is not None},
         learning_rate=FLAGS.learning_rate, scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps, seed=FLAGS.seed,
-        max_steps=600 if default_run else FLAGS.max_steps, n_epochs=FLAGS.n_epochs,
+        max_steps=bound.max_steps, n_epochs=bound.n_epochs,
         checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every, keep_checkpoints=FLAGS.keep_checkpoints,
         state_reset_prob=FLAGS.state_reset_prob, health_every=FLAGS.health_every, health_lines=FLAGS.health_lines,
         health_max_ratio=FLAGS.health_max_ratio)
@@ -176,10 +182,15 @@ def _train() -> dict:
     except ValueError as e:
         raise InputError(str(e)) from None
     devices = ", ".join(d.rsplit("/", 1)[-1] for d in strategy.extended.worker_devices)
-    say(f"Training {train_config.max_steps or f'{train_config.n_epochs} epoch(s)'} steps on {FLAGS.train_prefix} "
-        f"({strategy.num_replicas_in_sync} replica(s): {devices}); checkpoints in {FLAGS.save_dir}")
+    steps = training.run_length.expected_steps(bound, FLAGS.train_prefix, global_batch=train_config.batch_size *
+                                               strategy.num_replicas_in_sync, unroll_steps=train_config.unroll_steps)
+    say(f"{training.run_length.describe(bound, FLAGS.train_prefix, steps)}, on {strategy.num_replicas_in_sync} "
+        f"replica(s): {devices}; checkpoints in {FLAGS.save_dir}")
+    # Without a GPU a large model can take weeks: the first steps are timed, and a run of over an hour says so.
+    estimate = training.run_length.DurationEstimate(steps if training.run_length.cpu_only(strategy) else None, say)
     trainer = training.Trainer(config, vocab, train_config, FLAGS.save_dir, strategy)
-    summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None, init_from=FLAGS.init_checkpoint)
+    summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None, on_step=estimate,
+                            init_from=FLAGS.init_checkpoint, total_steps=steps)
     logging.info("Finished: %s", json.dumps(summary))
     if not trainer.is_chief():
         return summary
@@ -201,7 +212,18 @@ def _train() -> dict:
 
 def say(line: str) -> None:
     """A line for the person at the terminal (stderr, beside the progress bar; stdout keeps the JSON result)."""
-    print(line, file=sys.stderr, flush=True)
+    from elmo_tf.utils import progress
+
+    progress.write(line, sys.stderr)
+
+
+def _recipe_name() -> str:
+    """Where the model's options (and their n_epochs) come from, as the user gave it."""
+    if FLAGS.options_file:
+        return f"--options_file={FLAGS.options_file}"
+    if FLAGS.init_checkpoint:
+        return f"the options of --init_checkpoint={FLAGS.init_checkpoint}"
+    return f"--preset={FLAGS.preset}"
 
 
 def _verdict(record: dict) -> str:

@@ -3,10 +3,11 @@
 `from elmo_tf import training` gives the public API of the part: `Trainer`, `TrainConfig`, `recipe_config`,
 `make_strategy`, `restore_trainer`, `restore_bilm`, `restore_softmax`, `checkpoint_prefixes`, `restore_checkpoint`,
 `is_weights_folder`, and the zero-state
-health check of a checkpoint: `checkpoint_health`, `require_healthy` (`health` holds its record and verdict).
+health check of a checkpoint: `checkpoint_health`, `require_healthy` (`health` holds its record and verdict);
+`run_length`: what bounds a run, about how many steps it takes, and how long on this machine.
 """
 
-from elmo_tf.training import health, setup
+from elmo_tf.training import health, run_length, setup
 from elmo_tf.training.checkpoints import checkpoint_prefixes, is_weights_folder, restore_bilm, restore_checkpoint, restore_softmax
 from elmo_tf.training.config import TrainConfig, recipe_config, training_options
 from elmo_tf.training.trainer import (
@@ -31,6 +32,7 @@ __all__ = [
     "restore_checkpoint",
     "restore_softmax",
     "restore_trainer",
+    "run_length",
     "setup",
     "training_options",
 ]

@@ -1,6 +1,6 @@
 """Training the biLM: distribution strategy, Adagrad, sampled softmax, truncated BPTT, checkpoints, evaluation.
 
-The recipe is the original's (bilm-tf), audited line by line in docs/TRAINING.md: forward and backward
+The recipe is the original's (bilm-tf), audited line by line in docs/TRAINING_AUDIT.md: forward and backward
 LMs share one softmax, each direction draws its own negatives; the loss is the mean of the two
 directions' sampled-softmax losses, and the gradients are those of `unroll_steps` x that loss (as
 bilm-tf's `compute_gradients(loss * unroll_steps)`), averaged over replicas and clipped to a global norm
@@ -288,7 +288,7 @@ class Trainer:
         batches keep the matmuls efficient. `from_training_state` starts the rows from the LSTM states training
         has carried to this step instead (rows = the global batch). `sentence_by_sentence` runs every sentence
         from a zero state in a row of its own, as the exported module does (`batch_size` sentences at a time).
-        The three differ when a biLM works only in the state region training keeps it in (docs/TRAINING.md,
+        The three differ when a biLM works only in the state region training keeps it in (docs/TRAINING_AUDIT.md,
         "zero-state collapse").
         """
         if from_training_state and sentence_by_sentence:
@@ -374,6 +374,7 @@ class Trainer:
         heldout_pattern: Optional[str] = None,
         on_step: Optional[Callable[[int, dict[str, float]], None]] = None,
         init_from: Optional[str] = None,
+        total_steps: Optional[int] = None,
     ) -> dict[str, Any]:
         """Trains until `max_steps` or the end of `n_epochs`, resuming from the latest checkpoint in save_dir.
 
@@ -384,6 +385,8 @@ class Trainer:
           init_from: continued pretraining: a training directory of this project, or the original-format
             `options.json` + `weights.hdf5` pair given as "OPTIONS,WEIGHTS". Used only when save_dir has
             no checkpoint yet (a resumed run continues from its own checkpoint).
+          total_steps: the progress bar's total (and ETA) when `max_steps` is None: the epochs' steps, estimated
+            (`run_length.expected_steps`). Default: `max_steps` (none: a count and a rate, no ETA).
 
         Returns a summary dict (`step`, last losses, and the held-out perplexities if a held-out corpus is given).
         """
@@ -422,12 +425,18 @@ class Trainer:
         metrics: dict[str, float] = {}
         last_saved = int(self.step.numpy())
         start_step, start_time = last_saved, time.time()
-        progress = Progress(tc.max_steps, label="training", unit="step", done=start_step)
+        progress = Progress(tc.max_steps or total_steps, label="training", unit="step", done=start_step)
         try:
             while tc.max_steps is None or int(self.step.numpy()) < tc.max_steps:
                 try:
                     batch = next(iterator)
                 except StopIteration:
+                    if int(self.step.numpy()) == start_step and start_step > 0:  # resumed after its data had ended
+                        logging.warning(
+                            "Nothing to train: the epochs of this run's data ended at step %d, and its checkpoint "
+                            "holds that data position, so a run in %r cannot train past them. To train on, start a new "
+                            "run from this one (init_from; train.py --init_checkpoint=%s --save_dir=ANOTHER_DIR).",
+                            start_step, self.save_dir, self.save_dir)
                     break
                 metrics = self.train_step(batch)
                 step = int(self.step.numpy())
@@ -526,7 +535,7 @@ class Trainer:
             if rec["healthy"]:
                 logging.info("Health check, %s", health.describe(rec))
             else:
-                logging.warning("Health check, %s. export.py refuses this checkpoint (docs/TRAINING.md).",
+                logging.warning("Health check, %s. export.py refuses this checkpoint (docs/TRAINING_AUDIT.md).",
                                 health.describe(rec))
         self._prune(ckpt_dir)
 
@@ -724,7 +733,7 @@ def require_healthy(save_dir: str, step: Optional[int] = None, sample: Optional[
     )
     raise UnhealthyCheckpointError(
         f"Refusing to export {save_dir!r} at {health.describe(rec)}. The exported module runs every sentence "
-        f"from a zero state, so this direction's outputs would be noise (docs/TRAINING.md, 'Zero-state "
+        f"from a zero state, so this direction's outputs would be noise (docs/TRAINING_AUDIT.md, 'Zero-state "
         f"collapse'). {where} (a larger --max_steps resumes the run; with the default --state_reset_prob the "
         "zero-state start is trained too); --allow_unhealthy exports it anyway."
     )

@@ -76,6 +76,11 @@ class Progress:
         return False
 
 
+def write(line: str, stream=None) -> None:
+    """Writes a line beside the progress lines (default: to stderr); on a terminal, above the bar being drawn."""
+    tqdm.write(line, file=stream or sys.stderr)
+
+
 class _Bar(tqdm):
     """tqdm with a field `info`: the token rate and the caller's values (tqdm's way: extending `format_dict`)."""
 

@@ -39,3 +39,14 @@ def test_unknown_total_has_no_bar():
         bar.update(5, tokens=100, ppl=23.1)
     last = log.getvalue().splitlines()[-1]
     assert last.startswith("training: 5 | ") and "step/s" in last and "ppl 23.1" in last and "[" not in last
+
+
+def test_a_line_written_beside_a_terminal_bar_gets_a_line_of_its_own():
+    tty = Terminal()
+    with Progress(3, label="training", stream=tty) as bar:
+        bar.update(1)
+        progress_lib.write("Estimated time: about 17 days", tty)
+        bar.update(3)
+    lines = tty.getvalue().split("\n")
+    assert "Estimated time: about 17 days" in [line.split("\r")[-1] for line in lines]
+    assert "training: 3/3 [" in lines[-2]  # the bar is drawn again below the line
