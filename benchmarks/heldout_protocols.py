@@ -7,7 +7,7 @@ For each file: (1) file order, LSTM state carried across sentences (the original
 zero state (each in its own row, 256 sentences per call); and, like for like with the global batch's
 rows, (4) file order from a zero state and (5) file order from the LSTM states training carried to the
 checkpoint (`Trainer.evaluate(from_training_state=True)`). (4) against (5) shows a zero-state collapse
-(docs/TRAINING.md). Prints a table, saves benchmarks/results/NAME.json.
+(docs/TRAINING_AUDIT.md). Prints a table, saves benchmarks/results/NAME.json.
 """
 
 import os

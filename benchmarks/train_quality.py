@@ -15,8 +15,9 @@ The vocabulary is built from the training corpus as the reference describes (<S>
 most frequent words, ties in alphabetical order) and its sha256 is checked against --vocab_sha256.
 
 Resumable: the run lives in --save_dir (checkpoints every --checkpoint_every steps, and the per-step losses
-in steps.jsonl); rerunning the same command continues it. Writes benchmarks/results/train_quality.json and
-benchmarks/results/train_quality.png.
+in steps.jsonl); rerunning the same command continues it. Writes benchmarks/results/NAME.json and NAME.png
+(--name, default train_quality; the runs kept there are named by seed and state-reset probability, as
+benchmarks/results/README.md says).
 """
 
 import dataclasses

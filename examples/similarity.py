@@ -67,8 +67,8 @@ def main(argv):
             where_text = f"only in {', '.join(separated)}" if separated else "in no layer"
             print(f"The two money senses (0-1) are the closest pair {where_text}. A `small` biLM trained on a few "
                   "million words does not reliably group word senses in this example (run.sh's 600-step model and the "
-                  "5,453-step one of docs/TRAINING.md alike): nearby words weigh more ('the bank' in 0 and 2). The "
-                  "paper's word-sense results come from its 4096-unit model trained on a billion words.")
+                  "5,453-step one of docs/TRAINING_AUDIT.md alike): nearby words weigh more ('the bank' in 0 and 2). "
+                  "The paper's word-sense results come from its 4096-unit model trained on a billion words.")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from elmo_tf.commands.flag_checks import check_float, check_number_list, run_com
 flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout).")
 flags.DEFINE_string("weight_file", None, "The model's weights.hdf5 (original bilm-tf layout).")
 flags.DEFINE_string("checkpoint_dir", None, "A train.py --save_dir: exports its latest checkpoint (or --checkpoint_step's) "
-                    "if its zero-state health check passed (docs/TRAINING.md).")
+                    "if its zero-state health check passed (docs/TRAINING_AUDIT.md).")
 flags.DEFINE_integer("checkpoint_step", None, "With --checkpoint_dir: export the checkpoint of this step.", lower_bound=0,
                      upper_bound=2**63 - 1)
 flags.DEFINE_bool("allow_unhealthy", False, "With --checkpoint_dir: export even a checkpoint whose zero-state health "

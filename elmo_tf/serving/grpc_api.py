@@ -7,7 +7,7 @@
 
 The messages are tensorflow-serving-api's, so a client built from its stubs talks to this server as to
 `tensorflow_model_server`. Each method, and where TF Serving's source says what it does (the cases are listed in
-docs/SERVING.md "gRPC"):
+docs/TF_SERVING_CONFORMANCE.md "gRPC"):
 
   Predict           predict_util.cc RunPredict: the signature (FAILED_PRECONDITION if missing), the inputs
                     (proto_codec.py), `output_filter`, the loaded version's batcher (the same as REST's), the

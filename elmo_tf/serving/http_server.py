@@ -3,7 +3,7 @@
     python -m elmo_tf.serve --model_dir=serving/elmo --rest_api_port=8501 [--model_name=elmo] [--host=127.0.0.1]
 
 For machines without `tensorflow_model_server`: the same paths, JSON shapes, status codes and error bodies, so
-one client works against both (the routes are listed in rest_api.py, the cases in docs/SERVING.md).
+one client works against both (the routes are listed in rest_api.py, the cases in docs/TF_SERVING_CONFORMANCE.md).
 
 uvicorn (httptools parser, uvloop) runs one event loop that only moves bytes: HTTP/1.1 keep-alive, chunked and
 `Expect: 100-continue` bodies. Each request body is read whole (at most `max_request_bytes`, else 413; within

@@ -3,7 +3,7 @@
     api = RestApi(registry, timeout_ms=30000)
     response = api.handle("POST", "/v1/models/elmo:predict", {"content-type": "application/json"}, body)
 
-What each case gives, and where TF Serving's source says so, is in docs/TF_SERVING_REST.md (rows cited as "row N"):
+What each case gives, and where TF Serving's source says so: docs/TF_SERVING_CONFORMANCE.md (rows cited as "row N"):
 
   method other than GET POST HEAD PUT DELETE OPTIONS PATCH (TRACE, CONNECT, ...)   501, HTML page (row 4)
   path (with its query string) not matching (?i)/v1/.*                            404, HTML page (row 3)
@@ -23,7 +23,7 @@ outlived `timeout_ms`). `handle` blocks (JSON, the model call): the HTTP layer c
 `handle_async` answers the same on the event loop: a predict request of at most `INLINE_BODY_BYTES` is decoded
 there, waits for its batch without holding a thread and is encoded there (on `run_in_pool` when its outputs exceed
 `INLINE_OUTPUT_VALUES` values); any other request is `handle` on `run_in_pool`. Answering on the loop saves each
-request two thread hand-offs, which on a busy machine cost more CPU than the HTTP work itself (docs/SERVING.md).
+request two thread hand-offs, which on a busy machine cost more CPU than the HTTP work itself (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

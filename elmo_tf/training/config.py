@@ -33,7 +33,7 @@ class TrainConfig:
       eval_every: steps between held-out evaluations (0: only at the end).
       state_reset_prob: before each window, each row's carried LSTM state (c and h of every layer) of each
         direction is zeroed with this probability, independently, so that the biLM also learns to run from
-        the zero state the exported module starts every sentence from (docs/TRAINING.md, "Zero-state
+        the zero state the exported module starts every sentence from (docs/TRAINING_AUDIT.md, "Zero-state
         collapse"). The draws are stateless functions of (seed, step, row). 0: the original's recipe, the
         state carried and never reset.
       health_every: steps between health checks: a checkpoint is checked when at least this many steps passed

@@ -2,7 +2,7 @@
 
 The exported module (and `Embedder`, the server, `embed`) runs every sentence from a zero LSTM state, while
 training carries each row's state from window to window. At some checkpoints a direction started from zero
-falls into a degenerate regime (docs/TRAINING.md, "Zero-state collapse"). The check measures, per direction,
+falls into a degenerate regime (docs/TRAINING_AUDIT.md, "Zero-state collapse"). The check measures, per direction,
 the full-softmax perplexity of a small sample two ways: every sentence from a zero state (the module's
 protocol) and the file's rows continued from the states training carried to the checkpoint. A checkpoint is
 healthy when, in each direction, the zero-state figure is at most `MAX_RATIO` (by default; the run's

@@ -216,7 +216,7 @@ def test_saved_task_model_gives_from_text_what_was_scored(module, tmp_path):
 
 
 def test_create_train_save_load_from_python(module, tmp_path):
-    """The documented workflow (docs/FINETUNING.md): create, train, save, load elsewhere, predict; the same numbers as the
+    """The documented workflow (docs/KERAS.md): create, train, save, load elsewhere, predict; the same numbers as the
     pieces below it (features, fit, predict_proba) give."""
     _word_vectors(tmp_path / "w2v", ["good", "bad", "film", "the"])
     texts = ["the film was good", "bad film", "good good film", "the bad", "film"] * 4

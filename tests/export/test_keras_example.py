@@ -1,4 +1,4 @@
-"""docs/snippets/keras_pretrained.md: its two tf_keras + TF-Hub examples, run as written in child processes.
+"""README.md ("Pretrained biLMs"): its two tf_keras + TF-Hub examples, run as written in child processes.
 
 Each block runs in a fresh Python process, in a folder holding the tiny fixture's export as `elmo_en`, with
 TF_USE_LEGACY_KERAS taken out of the environment: the block's own first lines must select tf_keras before TensorFlow
@@ -25,7 +25,7 @@ import pytest
 from tests.shared_builds import copy_of, reference_export
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = REPO / "docs" / "snippets" / "keras_pretrained.md"
+DOC = REPO / "README.md"
 STRING_BLOCK = re.escape("# Raw sentences -> ELMo sentence vectors")
 TOKENS_BLOCK = re.escape("# Tokens + sequence_len -> ELMo per token")
 SLOW_FIXTURES = {"workdir"}  # an export and child processes (conftest.py)

@@ -1,9 +1,10 @@
-"""The REST server against TF Serving's REST contract (docs/TF_SERVING_REST.md), one raw HTTP request per case.
+"""The REST server against TF Serving's REST contract (docs/TF_SERVING_CONFORMANCE.md), one raw HTTP request per case.
 
 Every case writes its request bytes on a socket and checks the status line and the exact body, so nothing a
 client library adds or hides (Content-Length, chunking, HEAD handling) changes what is tested. The table in
-docs/SERVING.md ("Conformance") names the test of each case. The model is tests/fixtures/tiny, exported once
-(the fixtures of test_serve.py, through conftest.py); cases that need a slow, failing or busy model wrap its calls in the batcher.
+docs/TF_SERVING_CONFORMANCE.md ("REST: the built-in server, row by row") names the test of each case. The model is
+tests/fixtures/tiny, exported once (the fixtures of test_serve.py, through conftest.py); cases that need a slow,
+failing or busy model wrap its calls in the batcher.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def assert_ok(reply: Reply, n: int = 1) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Routes (rows 1-4 of docs/TF_SERVING_REST.md)
+# Routes (rows 1-4 of docs/TF_SERVING_CONFORMANCE.md)
 
 
 @pytest.mark.parametrize("method, target", [

@@ -3,7 +3,7 @@
 The same export as test_serve.py (versions 1 and 2 of tests/fixtures/tiny; 2 is served) and the same small limits.
 Values are compared with the SavedModel called directly on the same request: exactly for a call that had a model
 call of its own (float_val and tensor_content both carry float32 values losslessly). Status codes and messages are
-TF Serving's (docs/SERVING.md "gRPC"; predict_util.cc, server_core.cc, get_model_metadata_impl.cc,
+TF Serving's (docs/TF_SERVING_CONFORMANCE.md "gRPC"; predict_util.cc, server_core.cc, get_model_metadata_impl.cc,
 get_model_status_impl.cc).
 """
 

@@ -1,6 +1,6 @@
 """Versions and --model_config_file (elmo_tf/serving/registry.py, model_config.py, version_folders.py).
 
-What TF Serving does (docs/TF_SERVING_REST.md rows 12, 13, 14, 16) against our registry: new numbered version
+What TF Serving does (docs/TF_SERVING_CONFORMANCE.md rows 12, 13, 14, 16) against our registry: new numbered version
 folders are loaded once completely written and then served as the latest, the old version is unloaded after its
 requests in flight, a broken version is reported and never replaces a good one, `status` keeps every version
 seen, version policies and labels come from a text-format config file. One export of tests/fixtures/tiny is made
