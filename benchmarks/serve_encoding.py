@@ -8,8 +8,8 @@ end as the model writes them; sentence lengths are those of the first 64 sentenc
 benchmarks/data/wikitext2_valid_77.txt). Rows:
   * `default` ([64, 1024], mean-pooled) and `elmo` ([64, T, 1024], per token), in the row format
     ({"predictions": ...}) as `curl -d '{"instances": [...]}'` gets them;
-  * before = `json.dumps(predict_response(...))`, what elmo_tf/serving/http_server.py sends today (Python's
-    shortest double repr of each float32 value);
+  * before = `json.dumps(predict_response(...))`, what the REST server (elmo_tf/serving/rest_server.py) sent before
+    (Python's shortest double repr of each float32 value);
   * after = `predict_response_body(...)`, TF Serving's text (json_tensor.cc WriteDecimal);
   * orjson (if installed) = orjson's shortest float32 repr, for scale only: not TF Serving's text.
 Times are medians of --repeats runs in this process (one warm-up first). Prints a table; writes

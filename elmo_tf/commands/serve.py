@@ -1,40 +1,19 @@
-"""`python -m elmo_tf.serve` / `elmo-serve`: TF Serving's gRPC and REST APIs for an exported module (elmo_tf/serving).
+"""Serves exported modules over TF Serving's REST and gRPC APIs: flags -> `elmo_tf.serving.serve`.
 
     python -m elmo_tf.serve --model_base_path=serving/elmo --port=8500 --rest_api_port=8501 [--model_name=elmo]
     python -m elmo_tf.serve --model_config_file=models.config --rest_api_port=8501
 
-The ports are tensorflow_model_server's flags: `--port` is gRPC (default 8500), `--rest_api_port` is REST (default 0,
-off), so one command line starts either server. Before gRPC was added, `--port` was the REST port; `--port=8501`
-without `--rest_api_port` is refused with a message saying what to write instead.
-
-As TF Serving, the base paths are watched for new numbered versions (--file_system_poll_wait_seconds); see
-elmo_tf/serving/registry.py and docs/SERVING.md "Versions and model config". The routes and status codes are
-described in elmo_tf/serving/rest_api.py, connections and limits in elmo_tf/serving/http_server.py. SIGTERM /
-SIGINT stop accepting connections, answer every request received, and exit with status 0.
+The flags are tensorflow_model_server's (`--port` gRPC, default 8500; `--rest_api_port` REST, default 0 = off). What
+the server does (versions, routes, limits; SIGTERM / SIGINT: every request received answered, exit 0): docs/SERVING.md.
 """
 
 from __future__ import annotations
 
-import resource
-import signal
-import threading
-from typing import Optional
-
-import tensorflow as tf
 from absl import app, flags, logging
 
-from elmo_tf.commands.flag_checks import INT32_MAX, check_float, run_command
+from elmo_tf.commands.flag_checks import EXIT_USAGE, INT32_MAX, check_float, run_command
 from elmo_tf.errors import ConfigError, ModelDirError, MonitoringConfigError
-from elmo_tf.serving import (
-    FLOAT_FORMATS,
-    Metrics,
-    ModelRegistry,
-    ModelServer,
-    ServerOptions,
-    load_monitoring_config,
-    read_model_config_file,
-    single_model_config,
-)
+from elmo_tf.serving import FLOAT_FORMATS, ServerOptions, serve
 
 FLAGS = flags.FLAGS
 
@@ -71,11 +50,10 @@ flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request accepted: a 
                      "message (larger: RESOURCE_EXHAUSTED).", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences x tokens of the longest) per "
                      "model call; larger requests get 413.", lower_bound=1, upper_bound=INT32_MAX)
-# Monitoring.
+# Monitoring and responses.
 flags.DEFINE_string("monitoring_config_file", None, "TF Serving's monitoring config (text proto, e.g. "
                     "'prometheus_config { enable: true path: \"/monitoring/prometheus/metrics\" }'): serves "
                     "Prometheus metrics on the REST port.")
-# Responses.
 flags.DEFINE_enum("float_format", "tf_serving", FLOAT_FORMATS, "The text of floats in predict responses: "
                   "'tf_serving' writes each as TF Serving does (%g, else %.9g); 'shortest' writes the shortest text "
                   "that reads back as the same value (orjson), 6-8x faster to write and ~10% smaller, the "
@@ -91,7 +69,7 @@ flags.DEFINE_integer("rest_api_timeout_in_ms", 30000, "A predict request's deadl
                      "TF Serving: 429 if it passes while queued, 504 during the model call; 0 = none.", lower_bound=0,
                      upper_bound=INT32_MAX)
 flags.DEFINE_integer("rest_api_num_threads", 0, "REST requests handled at once, the others wait (and threads for "
-                     "those not answered on the event loop: large predict bodies, metadata, status); "
+                     "the work done off the event loop: large predict bodies and outputs, metadata, status); "
                      "0 = max(4 x CPUs, 2 x max_batch_size).", lower_bound=0, upper_bound=65536)
 # TensorFlow's threads, as tensorflow_model_server's flags of the same names.
 flags.DEFINE_integer("tensorflow_intra_op_parallelism", 0, "Threads one TensorFlow op may use; 0 = TensorFlow's "
@@ -109,41 +87,24 @@ flags.DEFINE_float("rest_api_idle_timeout_s", 60.0, "Seconds a connection may st
 check_float("rest_api_idle_timeout_s", 0, 86400, low_open=True)
 
 
-def _raise_open_files_limit(connections: int) -> None:
-    """Lets the process hold `connections` sockets plus its own files, as far as the hard limit allows."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = connections + 256
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-        if new < wanted:
-            logging.warning("--rest_api_max_connections=%d needs about %d open files; the hard limit is %d.",
-                            connections, wanted, hard)
-
-
 def _refuse(message: str) -> None:
     """A command line that cannot be served as written: the reason on one line (not the whole help), exit status 2."""
     logging.error("%s", message)
-    raise SystemExit(2)
+    raise SystemExit(EXIT_USAGE)
 
 
-def _ports() -> tuple[Optional[int], Optional[int]]:
-    """(gRPC port, REST port) for ModelServer: None = that door off, 0 = any free port."""
+def _ports() -> tuple:
+    """(gRPC port, REST port) for `serve`: None = that door off, 0 = any free port."""
     if FLAGS["port"].present and not FLAGS["rest_api_port"].present and FLAGS.port == 8501:
-        _refuse(
-            "--port is the gRPC port, as in tensorflow_model_server (it was the REST port before gRPC was added). For "
-            "REST on 8501 write --rest_api_port=8501 (and --port=8500, or --port=0 for no gRPC); for gRPC on 8501, "
-            "also give --rest_api_port=0.")
+        _refuse("--port is the gRPC port, as in tensorflow_model_server (it was the REST port before gRPC was added). "
+                "For REST on 8501 write --rest_api_port=8501 (and --port=8500, or --port=0 for no gRPC); for gRPC on "
+                "8501, also give --rest_api_port=0.")
     if FLAGS.port == 0 and FLAGS.rest_api_port == 0:
-        _refuse("--port=0 and --rest_api_port=0 leave no API to serve: give a gRPC port (--port, "
-                             "default 8500), a REST port (--rest_api_port, e.g. 8501), or both (-1 = any free port).")
+        _refuse("--port=0 and --rest_api_port=0 leave no API to serve: give a gRPC port (--port, default 8500), a "
+                "REST port (--rest_api_port, e.g. 8501), or both (-1 = any free port).")
     if FLAGS.port > 0 and FLAGS.port == FLAGS.rest_api_port:
         _refuse(f"--port and --rest_api_port are both {FLAGS.port}: gRPC and REST need different ports.")
-
-    def door(port: int) -> Optional[int]:
-        return None if port == 0 else max(port, 0)
-
-    return door(FLAGS.port), door(FLAGS.rest_api_port)
+    return tuple(None if port == 0 else max(port, 0) for port in (FLAGS.port, FLAGS.rest_api_port))
 
 
 def main(argv: list[str]) -> None:
@@ -157,82 +118,27 @@ def main(argv: list[str]) -> None:
     if not FLAGS.model_name or "/" in FLAGS.model_name or ":" in FLAGS.model_name:
         raise app.UsageError(f"--model_name must be non-empty without '/' or ':'; got {FLAGS.model_name!r}.")
     grpc_port, rest_port = _ports()
+    same_names = ("max_batch_size", "batch_timeout_ms", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens",
+                  "float_format", "batch_by_length")  # flags named as the options; each range-checked when parsed
+    options = ServerOptions(
+        **{name: FLAGS[name].value for name in same_names}, timeout_ms=FLAGS.rest_api_timeout_in_ms,
+        num_threads=FLAGS.rest_api_num_threads, max_connections=FLAGS.rest_api_max_connections,
+        read_timeout_s=FLAGS.rest_api_read_timeout_s, idle_timeout_s=FLAGS.rest_api_idle_timeout_s,
+        tensor_content=FLAGS.enable_serialization_as_tensor_content, grpc_threads=FLAGS.grpc_max_threads)
     try:
-        options = ServerOptions(
-            max_batch_size=FLAGS.max_batch_size,
-            batch_timeout_ms=FLAGS.batch_timeout_ms,
-            max_enqueued_batches=FLAGS.max_enqueued_batches,
-            max_request_bytes=FLAGS.max_request_bytes,
-            max_batch_tokens=FLAGS.max_batch_tokens,
-            timeout_ms=FLAGS.rest_api_timeout_in_ms,
-            num_threads=FLAGS.rest_api_num_threads,
-            max_connections=FLAGS.rest_api_max_connections,
-            read_timeout_s=FLAGS.rest_api_read_timeout_s,
-            idle_timeout_s=FLAGS.rest_api_idle_timeout_s,
-            float_format=FLAGS.float_format,
-            batch_by_length=FLAGS.batch_by_length,
-            tensor_content=FLAGS.enable_serialization_as_tensor_content,
-            grpc_threads=FLAGS.grpc_max_threads,
-        )
-    except ValueError as e:
-        raise app.UsageError(f"--{e}") from None
-
-    try:
-        metrics_path = load_monitoring_config(FLAGS.monitoring_config_file) if FLAGS.monitoring_config_file else None
+        serve(model_base_path=base_path or None, model_name=FLAGS.model_name, host=FLAGS.host, grpc_port=grpc_port,
+              model_config_file=FLAGS.model_config_file or None, rest_port=rest_port, options=options,
+              monitoring_config_file=FLAGS.monitoring_config_file, poll_wait_seconds=FLAGS.file_system_poll_wait_seconds,
+              intra_op_threads=FLAGS.tensorflow_intra_op_parallelism,
+              inter_op_threads=FLAGS.tensorflow_inter_op_parallelism)
     except MonitoringConfigError as e:
-        logging.error("%s", e)
-        raise SystemExit(2) from None
-    tf.get_logger().setLevel("WARNING")
-    # Before any model is loaded: TensorFlow fixes its thread pools when it first runs.
-    if FLAGS.tensorflow_intra_op_parallelism:
-        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.tensorflow_intra_op_parallelism)
-    if FLAGS.tensorflow_inter_op_parallelism:
-        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.tensorflow_inter_op_parallelism)
-    registry = None
-    metrics = Metrics(queue_depth=lambda: sum(v.batcher.queued_rows for v in registry.loaded()) if registry else 0)
-    try:
-        configs = (read_model_config_file(FLAGS.model_config_file) if FLAGS.model_config_file
-                   else [single_model_config(FLAGS.model_name, base_path)])
-        registry = ModelRegistry([], lambda model: options.make_batcher(model, metrics.observe_batch), configs=configs,
-                                 poll_wait_seconds=FLAGS.file_system_poll_wait_seconds)
-    except (ConfigError, ModelDirError) as e:
+        _refuse(str(e))
+    except (ConfigError, ModelDirError) as e:  # about the config file's models, unless the message names its flag
         where = f"--model_config_file {FLAGS.model_config_file!r}: " if FLAGS.model_config_file else ""
-        logging.error("%s%s", "" if str(e).startswith("--model_config_file") else where, e)
-        raise SystemExit(2) from None
-    _raise_open_files_limit(options.max_connections)
-    try:
-        server = ModelServer(registry, FLAGS.host, rest_port, options, metrics, metrics_path, grpc_port=grpc_port)
-    except OSError as e:
-        registry.close()
-        ports = " and ".join(f"{door} port {port}" for door, port in (("gRPC", FLAGS.port), ("REST", FLAGS.rest_api_port))
-                             if port)
-        logging.error("Cannot listen on %s (%s): %s", FLAGS.host, ports, e)
-        raise SystemExit(2) from None
-
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    thread = server.serve_in_background()
-    for loaded in registry.loaded():
-        logging.info("Serving %s version %d (%s), signatures %s", loaded.name, loaded.version, loaded.model.path,
-                     sorted(loaded.model.signatures))
-        if server.rest_port is not None:
-            logging.info("REST: %s at http://%s:%d/v1/models/%s", loaded.name, FLAGS.host, server.rest_port, loaded.name)
-    if server.grpc_port is not None:
-        logging.info("gRPC: tensorflow.serving.PredictionService and ModelService at %s:%d", FLAGS.host,
-                     server.grpc_port)
-    if metrics_path and server.rest_port is None:
-        logging.warning("--monitoring_config_file: the metrics page is served on the REST port, and REST is off "
-                        "(give --rest_api_port).")
-    for door, port in (("gRPC", server.grpc_port), ("REST", server.rest_port)):
-        if port is None:
-            logging.info("%s is off (%s=0).", door, "--port" if door == "gRPC" else "--rest_api_port")
-    while not stop.wait(0.5) and thread.is_alive():
-        pass
-    logging.info("Shutting down: no new connections; finishing the requests in flight.")
-    server.stop()
-    thread.join()
-    logging.info("Stopped.")
+        _refuse(("" if str(e).startswith("--model_config_file") else where) + str(e))
+    except OSError as e:  # a door's port cannot be bound
+        doors = [f"{door} port {port}" for door, port in (("gRPC", FLAGS.port), ("REST", FLAGS.rest_api_port)) if port]
+        _refuse(f"Cannot listen on {FLAGS.host} ({' and '.join(doors)}): {e}")
 
 
 def run() -> None:

@@ -1,50 +1,46 @@
 """TF Serving's REST and gRPC APIs for an exported module, on TensorFlow, uvicorn and grpcio.
 
-One job per module:
+One job per module, in the order a request meets them (each door is a pair: the API, then the server around it):
 
-  model.py        the served model: which SavedModel to load, its signatures, TF Serving's metadata, a model call
-  json_codec.py   JSON <-> arrays for predict requests and responses (TF Serving's REST conventions)
-  batcher.py      merges concurrent predict requests of one signature into one model call
-  model_config.py which models to serve: TF Serving's --model_config_file, version policies and labels
-  version_folders.py  the numbered SavedModel folders of a base path, and whether one is completely written
-  registry.py     which models and versions are served (TF Serving's servable manager): watches base paths,
-                  loads and unloads versions, one batcher per loaded version
-  options.py      the server's limits and batching (`ServerOptions`), for both doors
-  metrics.py      TF Serving's Prometheus metrics (request counts, latency, batch sizes, queue depth) and
-                  its --monitoring_config_file
-  status_codes.py HTTP statuses <-> gRPC canonical codes (as TF Serving maps them)
-  rest_api.py     TF Serving's REST contract: a whole request in, a response out (routes, status codes, gzip)
-  http_server.py  the REST door (uvicorn): connections, timeouts, limits, graceful shutdown
-  proto_codec.py  TensorProto <-> arrays for gRPC predict requests and responses (TF Serving's checks)
-  grpc_api.py     TF Serving's gRPC services (PredictionService, ModelService) on the registry
-  grpc_server.py  the gRPC door (grpcio): port, threads, message limits, graceful stop
-  server.py       the model server: both doors on one registry, and their common stop
+  model_config.py     which models to serve: TF Serving's --model_config_file, version policies and labels
+  version_folders.py  which folders of a base path are versions (the one rule), and whether one is completely written
+  servable.py         what is served: one loaded version of an export, its signatures, TF Serving's metadata, a model call
+  registry.py         which models and versions are served (TF Serving's servable manager): watches base paths,
+                      loads and unloads versions, one batcher per loaded version
+  options.py          the server's limits and batching (`ServerOptions`): data and checks, for both doors
+  batcher.py          merges concurrent predict requests of one signature into one model call
+  metrics.py          TF Serving's Prometheus metrics (request counts, latency, batch sizes, queue depth) and
+                      its --monitoring_config_file
+  status_codes.py     HTTP statuses <-> gRPC canonical codes (as TF Serving maps them)
+  json_codec.py       JSON <-> arrays for predict requests and responses (TF Serving's REST conventions)
+  rest_api.py         TF Serving's REST contract: a whole request in, a response out (routes, status codes, gzip)
+  rest_server.py      the REST door (uvicorn): connections, timeouts, limits, graceful shutdown
+  proto_codec.py      TensorProto <-> arrays for gRPC predict requests and responses (TF Serving's checks)
+  grpc_api.py         TF Serving's gRPC services (PredictionService, ModelService) on the registry
+  grpc_server.py      the gRPC door (grpcio): port, threads, message limits, graceful stop
+  model_server.py     the model server: both doors on one registry and their common stop; `serve`, the whole process
 
-`from elmo_tf import serving` gives the public API: `ServedModel`, `ModelRegistry`, `ModelServer`, `ServerOptions`,
-`RestApi`, `RestServer`, `GrpcServer`, `add_grpc_services`, `Batcher`, `Metrics`, `load_monitoring_config`, `Signature`, `ModelConfig`, `VersionPolicy`, `read_model_config_file`, `single_model_config`,
-`resolve_model_dir`, `parse_predict_request`, `predict_response`, `predict_response_body`, `json_to_array`. The
-errors (`ServeError`, `ModelDirError`, `ConfigError`, `MonitoringConfigError`) are in elmo_tf/errors.py; the command
-line is elmo_tf/commands/serve.py.
+`from elmo_tf import serving` gives the public API: `ServedModel`, `ModelRegistry`, `ModelServer`, `serve`,
+`ServerOptions`, `RestApi`, `RestServer`, `GrpcServer`, `add_grpc_services`, `Batcher`, `Metrics`,
+`load_monitoring_config`, `Signature`, `ModelConfig`, `VersionPolicy`, `read_model_config_file`,
+`single_model_config`, `resolve_model_dir`, `parse_predict_request`, `predict_response`, `predict_response_body`,
+`json_to_array`. The errors (`ServeError`, `ModelDirError`, `ConfigError`, `MonitoringConfigError`) are in
+elmo_tf/errors.py; the command line is elmo_tf/commands/serve.py.
 """
 
 from elmo_tf.serving.batcher import Batcher
 from elmo_tf.serving.grpc_api import add_services as add_grpc_services
 from elmo_tf.serving.grpc_server import GrpcServer
-from elmo_tf.serving.http_server import RestServer
-from elmo_tf.serving.json_codec import (
-    FLOAT_FORMATS,
-    json_to_array,
-    parse_predict_request,
-    predict_response,
-    predict_response_body,
-)
+from elmo_tf.serving.json_codec import json_to_array, parse_predict_request, predict_response, predict_response_body
 from elmo_tf.serving.metrics import Metrics, load_monitoring_config
 from elmo_tf.serving.model_config import ModelConfig, VersionPolicy, read_model_config_file, single_model_config
-from elmo_tf.serving.model import DEFAULT_SIGNATURE, SEQUENCE_LEN, ServedModel, Signature, resolve_model_dir
+from elmo_tf.serving.model_server import ModelServer, serve
+from elmo_tf.serving.options import FLOAT_FORMATS, ServerOptions
 from elmo_tf.serving.registry import LoadedVersion, ModelRegistry
-from elmo_tf.serving.options import ServerOptions
 from elmo_tf.serving.rest_api import RestApi
-from elmo_tf.serving.server import ModelServer
+from elmo_tf.serving.rest_server import RestServer
+from elmo_tf.serving.servable import DEFAULT_SIGNATURE, SEQUENCE_LEN, ServedModel, Signature
+from elmo_tf.serving.version_folders import resolve_model_dir
 
 __all__ = [
     "DEFAULT_SIGNATURE",
@@ -71,5 +67,6 @@ __all__ = [
     "predict_response_body",
     "read_model_config_file",
     "resolve_model_dir",
+    "serve",
     "single_model_config",
 ]

@@ -34,7 +34,8 @@ from absl import logging
 import numpy as np
 
 from elmo_tf.errors import ServeError
-from elmo_tf.serving.model import Signature
+from elmo_tf.serving.options import ServerOptions
+from elmo_tf.serving.servable import Signature
 from elmo_tf.utils.batching import order_around
 
 
@@ -173,6 +174,25 @@ class Batcher:
         self.stats = {"batches": 0, "tasks": 0, "rows": 0, "max_tasks_per_batch": 0}
         self._worker = threading.Thread(target=self._work, name="elmo_tf-batcher", daemon=True)
         self._worker.start()
+
+    @classmethod
+    def from_options(
+        cls,
+        run: Callable[[Signature, dict[str, np.ndarray]], dict[str, np.ndarray]],
+        options: ServerOptions,
+        on_batch: Optional[Callable[[int], None]] = None,
+    ) -> "Batcher":
+        """The batcher of one loaded model version within the server's limits (`run`: e.g. `ServedModel.run`;
+        `on_batch`: e.g. `Metrics.observe_batch`)."""
+        return cls(
+            run,
+            max_batch_size=options.max_batch_size,
+            timeout_s=options.batch_timeout_ms / 1000.0,
+            max_queued_rows=options.max_batch_size * options.max_enqueued_batches,
+            max_batch_tokens=options.max_batch_tokens,
+            on_batch=on_batch,
+            group_by_length=options.batch_by_length,
+        )
 
     @property
     def queued_rows(self) -> int:

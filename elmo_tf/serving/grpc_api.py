@@ -53,7 +53,7 @@ from tensorflow_serving.apis import (
 
 from elmo_tf.errors import ServeError
 from elmo_tf.serving.metrics import Metrics
-from elmo_tf.serving.model import DEFAULT_SIGNATURE
+from elmo_tf.serving.servable import DEFAULT_SIGNATURE
 from elmo_tf.serving.proto_codec import fill_predict_response, model_spec_version, parse_predict_request
 from elmo_tf.serving.registry import ModelRegistry
 from elmo_tf.serving.status_codes import status_code_name

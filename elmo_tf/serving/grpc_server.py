@@ -1,7 +1,9 @@
-"""The gRPC server (grpcio): where it listens, its threads and message limits, and its graceful stop.
+"""The gRPC door: where it listens, its threads and message limits, and its graceful stop, on grpcio.
 
-What each call gets is grpc_api.py. grpcio's server runs each call on a pool of `ServerOptions.threads` threads
-(a call waits there for its batch, as a REST request does); messages up to `max_request_bytes` are accepted (TF
+    door = GrpcServer(registry, host="127.0.0.1", port=8500, options=ServerOptions())   # as RestServer is built
+
+What each call gets is grpc_api.py. grpcio's server runs each call on a pool of `ServerOptions.grpc_call_threads`
+threads (a call waits there for its batch); messages up to `max_request_bytes` are accepted (TF
 Serving accepts up to 2 GiB; a larger one gets grpcio's RESOURCE_EXHAUSTED "Received message larger than max"),
 responses are not limited (a client reading per-token vectors of many sentences raises its own
 `grpc.max_receive_message_length`, 4 MiB by default). `begin_stop` refuses new calls (UNAVAILABLE) and lets
@@ -19,6 +21,7 @@ import grpc
 
 from elmo_tf.serving.grpc_api import add_services
 from elmo_tf.serving.metrics import Metrics
+from elmo_tf.serving.options import ServerOptions
 from elmo_tf.serving.registry import ModelRegistry
 
 _STOP_GRACE_S = 3600.0  # how long a stop waits for the calls in flight before cancelling them
@@ -27,30 +30,30 @@ _WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1
 
 
 class GrpcServer:
-    """TF Serving's gRPC API for the models of `registry`.
+    """The gRPC door: TF Serving's gRPC API for the models of `registry` (model_server.py's `ModelServer` runs it
+    beside the REST door).
 
     Args:
-      registry: the served models (shared with the REST server, if any).
+      registry: the served models (shared with the REST door, if any).
       host, port: where to listen (port 0: any free port; see `port`). Bound here: an address in use raises OSError.
-      threads: calls handled at once.
-      max_request_bytes: largest request message accepted.
+      options: what this door reads of them: `grpc_call_threads` (calls handled at once), `max_request_bytes`
+        (largest request message accepted), `tensor_content` (predict outputs as `tensor_content` bytes, TF
+        Serving's --enable_serialization_as_tensor_content, instead of the typed value fields).
       metrics: counts Predict calls (TF Serving's series, entrypoint "GRPC").
-      as_tensor_content: predict outputs as `tensor_content` bytes (TF Serving's
-        --enable_serialization_as_tensor_content) instead of the typed value fields.
     """
 
-    def __init__(self, registry: ModelRegistry, host: str, port: int, *, threads: int, max_request_bytes: int,
-                 metrics: Optional[Metrics] = None, as_tensor_content: bool = False):
-        self._pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="elmo_tf-grpc")
+    def __init__(self, registry: ModelRegistry, *, host: str, port: int, options: ServerOptions,
+                 metrics: Optional[Metrics] = None):
+        self._pool = concurrent.futures.ThreadPoolExecutor(options.grpc_call_threads, thread_name_prefix="elmo_tf-grpc")
         self._server = grpc.server(self._pool, options=[
-            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_receive_message_length", options.max_request_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),  # an address in use is an error, not a second listener
         ])
         self._stopped: Optional[threading.Event] = None  # set by grpcio once the calls in flight are answered
         self._host = host
         self._started = False
-        self._services = add_services(self._server, registry, metrics, as_tensor_content)
+        self._services = add_services(self._server, registry, metrics, options.tensor_content)
         address = _address(host, port)
         try:
             self.port = self._server.add_insecure_port(address)

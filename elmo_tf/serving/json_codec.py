@@ -30,17 +30,10 @@ import orjson
 import tensorflow as tf
 
 from elmo_tf.errors import ServeError
-from elmo_tf.serving.model import DEFAULT_SIGNATURE, Signature, numpy_dtype
+from elmo_tf.serving.options import check_float_format
+from elmo_tf.serving.servable import DEFAULT_SIGNATURE, Signature, numpy_dtype
 
-FLOAT_FORMATS = ("tf_serving", "shortest")  # the float text of responses (see the module docstring)
 _DECODER = json.JSONDecoder()  # accepts NaN and Infinity, as TF Serving does
-
-
-def check_float_format(float_format: str) -> str:
-    """Returns `float_format` if it is one of FLOAT_FORMATS, else raises ValueError naming them."""
-    if float_format not in FLOAT_FORMATS:
-        raise ValueError(f"`float_format` must be one of {FLOAT_FORMATS}; received {float_format!r}.")
-    return float_format
 
 
 def _describe(value: Any) -> str:

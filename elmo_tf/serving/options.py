@@ -1,7 +1,10 @@
-"""The server's limits and batching (`ServerOptions`), shared by the REST and gRPC doors and the batchers.
+"""The server's limits and batching (`ServerOptions`): the values both doors and the batchers are built from, checked.
 
-The REST-only limits (connections, read and idle timeouts, the request deadline, the float text) are ignored by
-the gRPC door, which takes the client's deadline instead (grpc_api.py).
+Data and checks only: the classes these options configure read them (`RestServer`, `GrpcServer`,
+`Batcher.from_options`), so this module imports none of them (the deprecated `make_batcher`, kept for callers of the
+earlier API, imports `Batcher` when called). The REST-only limits (connections, read and idle
+timeouts, the request deadline, the float text) are ignored by the gRPC door, which takes the client's deadline
+instead (grpc_api.py).
 """
 
 from __future__ import annotations
@@ -10,9 +13,14 @@ import dataclasses
 import os
 from typing import Callable, Optional
 
-from elmo_tf.serving.batcher import Batcher
-from elmo_tf.serving.json_codec import check_float_format
-from elmo_tf.serving.model import ServedModel
+FLOAT_FORMATS = ("tf_serving", "shortest")  # the float text of REST responses (json_codec.predict_response_body)
+
+
+def check_float_format(float_format: str) -> str:
+    """Returns `float_format` if it is one of FLOAT_FORMATS, else raises ValueError naming them."""
+    if float_format not in FLOAT_FORMATS:
+        raise ValueError(f"`float_format` must be one of {FLOAT_FORMATS}; received {float_format!r}.")
+    return float_format
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,15 +96,8 @@ class ServerOptions:
         """`grpc_threads`, with 0 resolved."""
         return self.grpc_threads or self.threads
 
-    def make_batcher(self, model: ServedModel, on_batch: Optional[Callable[[int], None]] = None) -> Batcher:
-        """The batcher that runs one loaded model version's requests within these limits (`on_batch`: called with
-        the sentences of each model call, e.g. `Metrics.observe_batch`)."""
-        return Batcher(
-            model.run,
-            max_batch_size=self.max_batch_size,
-            timeout_s=self.batch_timeout_ms / 1000.0,
-            max_queued_rows=self.max_batch_size * self.max_enqueued_batches,
-            max_batch_tokens=self.max_batch_tokens,
-            on_batch=on_batch,
-            group_by_length=self.batch_by_length,
-        )
+    def make_batcher(self, model, on_batch: Optional[Callable[[int], None]] = None):
+        """Deprecated: `Batcher.from_options(model.run, options, on_batch)`; kept for callers of the earlier API."""
+        from elmo_tf.serving.batcher import Batcher  # imported here: this module imports no class it configures
+
+        return Batcher.from_options(model.run, self, on_batch)

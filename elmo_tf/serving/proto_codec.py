@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from elmo_tf.errors import ServeError
-from elmo_tf.serving.model import DEFAULT_SIGNATURE, Signature
+from elmo_tf.serving.servable import DEFAULT_SIGNATURE, Signature
 
 # The TensorProto field Tensor::AsProtoField fills, per dtype (tensorflow/core/framework/tensor.cc).
 _VALUE_FIELDS = {

@@ -1,13 +1,13 @@
-"""Which models and versions are served: TF Serving's servable manager, as the HTTP layer sees it.
+"""Which models and versions are served: TF Serving's servable manager, as both doors (REST and gRPC) see it.
 
-The HTTP layer asks the registry for a model version (`acquire`, a context manager that keeps that version
+A door asks the registry for a model version (`acquire`, a context manager that keeps that version
 loaded while a request uses it), for the status of a model's versions (`status`) and stops it (`close`). Each
 loaded version has its own `Batcher`, made by the `make_batcher` factory the caller passes in, so that this
-module knows nothing of HTTP.
+module knows nothing of either door.
 
 Models given by a `ModelConfig` are watched as TF Serving does (file_system_storage_path_source.cc,
-availability_preserving_policy.cc): every `poll_wait_seconds` a background thread lists the base path
-(version_folders.py), the config's `VersionPolicy` picks the versions to serve, and
+availability_preserving_policy.cc): every `poll_wait_seconds` a background thread lists the base path's
+complete versions (version_folders.py), the config's `VersionPolicy` picks the versions to serve, and
 
   * a new version is loaded (and warmed up) on that thread, then becomes AVAILABLE; unversioned requests go to
     the highest AVAILABLE version, so serving never waits for a load;
@@ -39,9 +39,9 @@ from absl import logging
 
 from elmo_tf.errors import ConfigError, ModelDirError, ServeError
 from elmo_tf.serving.batcher import Batcher
-from elmo_tf.serving.model import ServedModel
+from elmo_tf.serving.servable import ServedModel
 from elmo_tf.serving.model_config import ModelConfig
-from elmo_tf.serving.version_folders import VersionFolder, holds_saved_model, list_versions
+from elmo_tf.serving.version_folders import VersionFolder, is_complete, list_versions
 
 # TF Serving's ModelVersionStatus states (get_model_status.proto).
 START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
@@ -148,7 +148,7 @@ class ModelRegistry:
                                             daemon=True)
             self._thread.start()
 
-    # -- what the HTTP layer calls
+    # -- what the doors call
 
     def names(self) -> list[str]:
         with self._lock:
@@ -262,7 +262,8 @@ class ModelRegistry:
         """Lists the model's base path, loads the versions its policy wants, unloads those it no longer does."""
         base_path = model.config.base_path
         try:
-            found = list_versions(base_path)
+            # Only complete versions count: one still being written is neither loaded nor a reason to unload another.
+            found = {number: folder for number, folder in list_versions(base_path).items() if folder.complete}
             model.problem = ""
         except OSError as e:
             model.problem = f"the base path {base_path!r} cannot be listed: {e.strerror or e}."
@@ -307,7 +308,7 @@ class ModelRegistry:
                 served.warm_up()
             loaded = LoadedVersion(served, self._make_batcher(served))
         except ModelDirError as e:
-            code = "INVALID_ARGUMENT" if holds_saved_model(folder.path) else "NOT_FOUND"
+            code = "INVALID_ARGUMENT" if is_complete(folder.path) else "NOT_FOUND"
             self._failed(model, version, code, str(e))
             return
         except Exception as e:  # noqa: BLE001 - a broken version must not stop the server

@@ -2,6 +2,7 @@
 
     api = RestApi(registry, timeout_ms=30000)
     response = api.handle("POST", "/v1/models/elmo:predict", {"content-type": "application/json"}, body)
+    response = await api.handle_async(method, target, headers, body, run_in_pool)   # on an event loop
 
 What each case gives, and where TF Serving's source says so: docs/TF_SERVING_CONFORMANCE.md (rows cited as "row N"):
 
@@ -19,15 +20,21 @@ TF Serving does. A body whose Content-Encoding contains "gzip" is decompressed (
 be becomes empty, so the client sees TF Serving's 400 "JSON Parse error: The document is empty". Every other error
 is {"error": "<message>"} with the status of its ServeError (400, 404, 413; 429 when the model ran out of memory
 or the request's deadline passed in the batching queue, 503 when that queue is full, 504 when the model call
-outlived `timeout_ms`). `handle` blocks (JSON, the model call): the HTTP layer calls it off its event loop.
-`handle_async` answers the same on the event loop: a predict request of at most `INLINE_BODY_BYTES` is decoded
-there, waits for its batch without holding a thread and is encoded there (on `run_in_pool` when its outputs exceed
-`INLINE_OUTPUT_VALUES` values); any other request is `handle` on `run_in_pool`. Answering on the loop saves each
-request two thread hand-offs, which on a busy machine cost more CPU than the HTTP work itself (docs/PERFORMANCE.md).
+outlived `timeout_ms`).
+
+`handle_async` answers every request on an event loop, by one path: `route` reads the method and target once
+(the route is matched there and nowhere else); a request that needs no model is answered at once; a predict
+request is decoded on the loop when its body is at most `INLINE_BODY_BYTES` and not gzip (else on `run_in_pool`,
+a thread), waits for its batch without holding a thread and is encoded on the loop (on `run_in_pool` when its
+outputs exceed `INLINE_OUTPUT_VALUES` values); status, metadata and the metrics page are written on `run_in_pool`.
+Errors become TF Serving's answers in one place, and every /v1/ request is counted in the metrics there too.
+`handle` runs the same path for a caller without an event loop. Answering on the loop saves each request two thread
+hand-offs, which on a busy machine cost more CPU than the HTTP work itself (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
@@ -39,15 +46,16 @@ from typing import Any, Awaitable, Callable, Mapping, Optional
 from absl import logging
 
 from elmo_tf.errors import ServeError
-from elmo_tf.serving.json_codec import check_float_format, parse_predict_request, predict_response_body
+from elmo_tf.serving.json_codec import parse_predict_request, predict_response_body
 from elmo_tf.serving.metrics import Metrics
+from elmo_tf.serving.model_config import MAX_VERSION
+from elmo_tf.serving.options import check_float_format
 from elmo_tf.serving.registry import ModelRegistry
 
 # libevent's allowed methods in TF Serving (evhttp_server.cc Initialize); others get 501.
 KNOWN_METHODS = frozenset({"GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH"})
 # TF Serving's ZLib::kMaxUncompressedBytes.
 MAX_GUNZIPPED_BYTES = 100 << 20
-_INT64_MAX = 2**63 - 1
 _V1 = re.compile(r"/v1/.*", re.I | re.S)
 _SPEC = r"/v1/models{name}(?:/versions/(\d+)|/labels/([^/:]+))?"
 _PREDICT = re.compile(_SPEC.format(name="/([^/:]+)") + r":(classify|regress|predict)", re.I)
@@ -55,8 +63,11 @@ _STATUS = re.compile(_SPEC.format(name="(?:/([^/:]+))?") + r"(?:/(metadata))?", 
 _ORIGIN = re.compile(r"https?://")
 _MODEL_NAME = re.compile(r"/v1/models/([^/:]+)", re.I)
 _JSON = (("Content-Type", "application/json"),)
-# Predict requests answered on the event loop by `handle_async`: bodies up to this size (larger ones are decoded on a
-# thread), and outputs up to this many values encoded there (beyond, on a thread: the loop stays responsive).
+_TEXT = (("Content-Type", "text/plain"),)
+# What a routed request asks for (`Route.action`).
+PREDICT, STATUS, METADATA, METRICS = "predict", "status", "metadata", "metrics"
+# Predict requests decoded on the event loop: bodies up to this size (larger ones and gzip on a thread); and outputs
+# up to this many values encoded there (beyond, on a thread: the loop stays responsive).
 INLINE_BODY_BYTES = 64 << 10
 INLINE_OUTPUT_VALUES = 1 << 16
 
@@ -102,6 +113,87 @@ def gunzip(body: bytes, limit: int = MAX_GUNZIPPED_BYTES) -> bytes:
     return data
 
 
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """What one request asks for, read from its method and target once (`route`).
+
+    Attributes:
+      action: PREDICT, STATUS, METADATA or METRICS; None when `answer` is the whole response.
+      model: (name, version, label) of the model the action is for.
+      answer: the response of a request that needs no model (404, 501, OPTIONS, malformed requests).
+      counted_as: (model name, API) under which TF Serving's metrics count it; None: not counted (not a /v1/
+        request with a method TF Serving knows).
+    """
+
+    action: Optional[str] = None
+    model: tuple[str, Optional[int], Optional[str]] = ("", None, None)
+    answer: Optional[RestResponse] = None
+    counted_as: Optional[tuple[str, str]] = None
+
+
+def route(method: str, target: str, headers: Mapping[str, str], metrics_path: Optional[str] = None) -> Route:
+    """Where a request goes (the cases of the module docstring). `target` is the path with its query string;
+    `headers` have lowercase names; `metrics_path`: where the Prometheus page is served, if anywhere."""
+    v1 = method in KNOWN_METHODS and _V1.fullmatch(target) is not None
+    predict = _PREDICT.fullmatch(target) if v1 and method == "POST" else None
+    status = _STATUS.fullmatch(target) if v1 and method == "GET" else None
+    counted_as = None
+    if v1:  # TF Serving counts every /v1/ request, under the name its path starts with
+        name = _MODEL_NAME.match(target)
+        counted_as = (urllib.parse.unquote(name.group(1)) if name else "", "predict" if predict else "")
+
+    def answer(response: RestResponse) -> Route:
+        return Route(answer=response, counted_as=counted_as)
+
+    def malformed() -> Route:
+        return answer(error_response(400, f"Malformed request: {method} {target}"))
+
+    if metrics_path is not None and target.split("?", 1)[0] == metrics_path:
+        if target != metrics_path:  # TF Serving's exact-path handler refuses a query string
+            return answer(RestResponse(400, f"Unexpected path: {target}".encode(), _TEXT))
+        return Route(METRICS, counted_as=counted_as)
+    if method not in KNOWN_METHODS:
+        return answer(html_error(501, "Not Implemented"))
+    if not v1:
+        return answer(html_error(404, "Not Found"))
+    if method == "OPTIONS":  # CORS preflight, answered before any routing
+        return answer(RestResponse(200 if _ORIGIN.search(headers.get("origin", "")) else 400))
+    if method == "HEAD":  # malformed like PUT, but a response to HEAD has no body
+        return answer(RestResponse(400))
+    match = predict or status
+    if match is None:
+        return malformed()
+    model = _model_spec(match)
+    if model is None:  # a version beyond int64: TF Serving answers 400 with an empty body
+        return answer(RestResponse(400))
+    if predict is not None:
+        verb = predict.group(4)
+        if verb in ("classify", "regress"):
+            return answer(error_response(
+                400, f"{verb} is not supported: the model has no classify or regress signature; use :predict."))
+        if verb != "predict":  # the pattern ignores case, the dispatch does not
+            return malformed()
+        return Route(PREDICT, model, counted_as=counted_as)
+    if not model[0]:
+        return answer(error_response(400, "Missing model name in request."))
+    # Any other case of the word "metadata" gives the status, as in TF Serving.
+    return Route(METADATA if status.group(4) == "metadata" else STATUS, model, counted_as=counted_as)
+
+
+def _model_spec(match: re.Match) -> Optional[tuple[str, Optional[int], Optional[str]]]:
+    """(name, version, label) of a route match; None when the version does not fit an int64."""
+    name, version, label = match.group(1, 2, 3)
+    if version is not None and int(version) > MAX_VERSION:
+        return None
+    return (urllib.parse.unquote(name or ""), None if version is None else int(version),
+            None if label is None else urllib.parse.unquote(label))
+
+
+async def _run_here(function: Callable[..., Any], *args) -> Any:
+    """`run_in_pool` for `RestApi.handle`: runs `function` at once (the event loop is that call's own)."""
+    return function(*args)
+
+
 class RestApi:
     """Answers TF Serving's REST requests for the models of `registry`.
 
@@ -129,121 +221,68 @@ class RestApi:
         self.metrics_path = metrics_path
 
     def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> RestResponse:
-        """One request -> its response. `target` is the path with its query string; `headers` have lowercase names."""
-        started = time.monotonic()
-        response = self._answer(method, target, headers, body)
-        self._observe(method, target, response, started)
-        return response
+        """`handle_async` for a caller without an event loop: blocks until the response is ready."""
+        return asyncio.run(self.handle_async(method, target, headers, body, _run_here))
 
     async def handle_async(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes,
         run_in_pool: Callable[..., Awaitable[Any]],
     ) -> RestResponse:
-        """`handle` for an event loop: the same response. A small predict request is answered on the loop (see the
-        module docstring); anything else is `handle` run by `run_in_pool(function, *args)` (awaitable, off the loop)."""
-        match = _PREDICT.fullmatch(target) if method == "POST" and target != self.metrics_path else None
-        spec = self._model_spec(match) if match and match.group(4) == "predict" else None
-        if spec is None or len(body) > INLINE_BODY_BYTES or "gzip" in headers.get("content-encoding", ""):
-            return await run_in_pool(self.handle, method, target, headers, body)
+        """One request -> its response (see the module docstring). `target` is the path with its query string;
+        `headers` have lowercase names; `run_in_pool(function, *args)` runs a function off the loop (awaitable)."""
         started = time.monotonic()
+        routed = route(method, target, headers, self.metrics_path)
         try:
-            with self.registry.acquire(*spec) as loaded:
-                signature, request_format, inputs = parse_predict_request(body, loaded.model.signatures)
-                submitted = loaded.batcher.submit(signature, inputs, deadline_s=self._deadline_s)
-                outputs = await loaded.batcher.result_async(submitted)
-            if sum(value.size for value in outputs.values()) <= INLINE_OUTPUT_VALUES:
-                response = self._predict_response(request_format, outputs)
+            if routed.answer is not None:
+                response = routed.answer
+            elif routed.action == PREDICT:
+                response = await self._predict(routed.model, headers, body, run_in_pool)
             else:
-                response = await run_in_pool(self._predict_response, request_format, outputs)
+                response = await run_in_pool(self._look_up, routed)
         except ServeError as e:
             response = error_response(e.status, e.message, e.headers)
         except Exception:  # noqa: BLE001 - never a traceback to the client
             logging.exception("Request %s %s failed.", method, target)
             response = error_response(500, "Internal server error; see the server log.")
-        self._observe(method, target, response, started)
+        if self.metrics is not None and routed.counted_as is not None:
+            self.metrics.observe_request(*routed.counted_as, response.status, time.monotonic() - started)
         return response
 
-    def _observe(self, method: str, target: str, response: RestResponse, started: float) -> None:
-        """Counts a /v1/ request in the metrics, if any."""
-        if self.metrics is not None and method in KNOWN_METHODS and _V1.fullmatch(target):
-            name = _MODEL_NAME.match(target)
-            api = "predict" if method == "POST" and _PREDICT.fullmatch(target) else ""
-            self.metrics.observe_request(urllib.parse.unquote(name.group(1)) if name else "", api, response.status,
-                                         time.monotonic() - started)
+    async def _predict(self, model: tuple[str, Optional[int], Optional[str]], headers: Mapping[str, str], body: bytes,
+                       run_in_pool: Callable[..., Awaitable[Any]]) -> RestResponse:
+        """The predict path: decode, wait for the batch (no thread held), encode."""
+        gzipped = "gzip" in headers.get("content-encoding", "")
+        with self.registry.acquire(*model) as loaded:
+            if gzipped or len(body) > INLINE_BODY_BYTES:
+                parsed = await run_in_pool(_decode, body, gzipped, loaded.model.signatures)
+            else:
+                parsed = parse_predict_request(body, loaded.model.signatures)
+            signature, request_format, inputs = parsed
+            submitted = loaded.batcher.submit(signature, inputs, deadline_s=self._deadline_s)
+            outputs = await loaded.batcher.result_async(submitted)
+        if sum(value.size for value in outputs.values()) <= INLINE_OUTPUT_VALUES:
+            return self._predict_response(request_format, outputs)
+        return await run_in_pool(self._predict_response, request_format, outputs)
 
-    def _answer(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> RestResponse:
-        if self.metrics_path is not None and target.split("?", 1)[0] == self.metrics_path:
-            if target != self.metrics_path:  # TF Serving's exact-path handler refuses a query string
-                return RestResponse(400, f"Unexpected path: {target}".encode(), (("Content-Type", "text/plain"),))
+    def _look_up(self, routed: Route) -> RestResponse:
+        """The status, metadata or metrics page a request asks for."""
+        if routed.action == METRICS:
             content_type, text = self.metrics.render()
             return RestResponse(200, text, (("Content-Type", content_type),))
-        if method not in KNOWN_METHODS:
-            return html_error(501, "Not Implemented")
-        if not _V1.fullmatch(target):
-            return html_error(404, "Not Found")
-        if method == "OPTIONS":  # CORS preflight, answered before any routing
-            return RestResponse(200 if _ORIGIN.search(headers.get("origin", "")) else 400)
-        if method == "HEAD":  # malformed like PUT, but a response to HEAD has no body
-            return RestResponse(400)
-        try:
-            return self._route(method, target, headers, body)
-        except ServeError as e:
-            return error_response(e.status, e.message, e.headers)
-        except Exception:  # noqa: BLE001 - never a traceback to the client
-            logging.exception("Request %s %s failed.", method, target)
-            return error_response(500, "Internal server error; see the server log.")
-
-    def _route(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> RestResponse:
-        malformed = ServeError(400, f"Malformed request: {method} {target}")
-        if method == "POST":
-            match = _PREDICT.fullmatch(target)
-            if not match:
-                raise malformed
-            spec = self._model_spec(match)
-            if spec is None:
-                return RestResponse(400)
-            verb = match.group(4)
-            if verb in ("classify", "regress"):
-                raise ServeError(400, f"{verb} is not supported: the model has no classify or regress signature; use :predict.")
-            if verb != "predict":  # the pattern ignores case, the dispatch does not
-                raise malformed
-            if "gzip" in headers.get("content-encoding", ""):
-                body = gunzip(body)
-            return self._predict(*spec, body)
-        if method != "GET":
-            raise malformed
-        match = _STATUS.fullmatch(target)
-        if not match:
-            raise malformed
-        spec = self._model_spec(match)
-        if spec is None:
-            return RestResponse(400)
-        if not spec[0]:
-            raise ServeError(400, "Missing model name in request.")
-        if match.group(4) == "metadata":  # any other case of the word gives the status, as in TF Serving
-            with self.registry.acquire(*spec) as loaded:
+        name, version, label = routed.model
+        if routed.action == METADATA:
+            with self.registry.acquire(name, version, label) as loaded:
                 return json_response(200, loaded.model.metadata)
-        return json_response(200, self.registry.status(spec[0], spec[1]))
-
-    @staticmethod
-    def _model_spec(match: re.Match) -> Optional[tuple[str, Optional[int], Optional[str]]]:
-        """(name, version, label) of a route match; None when the version does not fit an int64 (TF Serving: an
-        empty 400)."""
-        name, version, label = match.group(1, 2, 3)
-        if version is not None and int(version) > _INT64_MAX:
-            return None
-        return (urllib.parse.unquote(name or ""), None if version is None else int(version),
-                None if label is None else urllib.parse.unquote(label))
+        return json_response(200, self.registry.status(name, version))  # labels are ignored, as in TF Serving
 
     @property
     def _deadline_s(self) -> Optional[float]:
         return self.timeout_ms / 1000.0 if self.timeout_ms else None
 
-    def _predict(self, name: str, version: Optional[int], label: Optional[str], body: bytes) -> RestResponse:
-        with self.registry.acquire(name, version, label) as loaded:
-            signature, request_format, inputs = parse_predict_request(body, loaded.model.signatures)
-            outputs = loaded.batcher.predict(signature, inputs, deadline_s=self._deadline_s)
-        return self._predict_response(request_format, outputs)
-
     def _predict_response(self, request_format: str, outputs: dict) -> RestResponse:
         return RestResponse(200, predict_response_body(request_format, outputs, self.float_format), _JSON)
+
+
+def _decode(body: bytes, gzipped: bool, signatures: dict) -> tuple:
+    """`parse_predict_request` of a body that may be gzip (run off the event loop)."""
+    return parse_predict_request(gunzip(body) if gzipped else body, signatures)

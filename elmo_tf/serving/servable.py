@@ -1,22 +1,24 @@
-"""The served model: which SavedModel a folder holds, its signatures, TF Serving's metadata, and one model call.
+"""What is served: one loaded version of an export (`ServedModel`), its signatures, TF Serving's metadata, a model call.
 
-`ServedModel` loads one version of an export; `Signature` describes one of its signatures and what batching
-needs of it (which input is padded, how to cut a request's outputs back to its own length).
+`ServedModel` loads one version (which folder that is: version_folders.py); `Signature` describes one of its
+signatures and what batching needs of it (which input is padded, how to cut a request's outputs back to its own
+length).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import Any, Callable, Optional
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.text.tokens import max_tokens
 from elmo_tf.errors import ModelDirError, ServeError, load_saved_model, tf_error_message
+from elmo_tf.serving.model_config import check_name
+from elmo_tf.serving.version_folders import resolve_model_dir
+from elmo_tf.text.tokens import max_tokens
 
 SEQUENCE_LEN = "sequence_len"
 DEFAULT_SIGNATURE = "serving_default"  # the signature of a request that names none
@@ -25,37 +27,6 @@ DEFAULT_SIGNATURE = "serving_default"  # the signature of a request that names n
 def numpy_dtype(dtype: tf.DType):
     """The numpy dtype of arrays holding values of `dtype` (object, i.e. bytes, for strings)."""
     return object if dtype == tf.string else dtype.as_numpy_dtype
-
-
-def resolve_model_dir(model_dir: str) -> tuple[str, int]:
-    """Finds the SavedModel to serve.
-
-    Args:
-      model_dir: a SavedModel folder, or a TF Serving base path whose numbered subfolders hold SavedModels
-        (as `export.py --version=N` writes them).
-
-    Returns:
-      (SavedModel folder, version): the highest numbered version of a base path; for a SavedModel folder,
-      its name if that is a number (e.g. `serving/elmo/3`), else 1.
-    """
-    if not os.path.isdir(model_dir):
-        raise ModelDirError(f"--model_dir {model_dir!r} is not a directory.")
-    if os.path.isfile(os.path.join(model_dir, "saved_model.pb")):
-        name = os.path.basename(os.path.normpath(model_dir))
-        return model_dir, int(name) if re.fullmatch(r"[0-9]+", name) else 1
-    versions = {
-        int(name): os.path.join(model_dir, name)
-        for name in os.listdir(model_dir)
-        if re.fullmatch(r"[0-9]+", name) and os.path.isfile(os.path.join(model_dir, name, "saved_model.pb"))
-    }
-    if not versions:
-        raise ModelDirError(
-            f"--model_dir {model_dir!r} is neither a SavedModel (no saved_model.pb) nor a base path with numbered "
-            f"version folders holding one (as `export.py --export_dir=DIR --version=1` writes); it contains "
-            f"{sorted(os.listdir(model_dir))[:10]}."
-        )
-    version = max(versions)
-    return versions[version], version
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -183,8 +154,7 @@ class ServedModel:
     """
 
     def __init__(self, model_dir: str, name: str = "elmo", version: Optional[int] = None):
-        if not name or "/" in name or ":" in name:
-            raise ValueError(f"`name` must be non-empty without '/' or ':'; received {name!r}.")
+        check_name("`name`", name)
         self.name = name
         self.path, self.version = resolve_model_dir(model_dir) if version is None else (model_dir, version)
         loaded = load_saved_model(self.path, ModelDirError)

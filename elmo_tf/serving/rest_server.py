@@ -1,27 +1,28 @@
-"""The HTTP layer: connections, timeouts, limits and shutdown, on uvicorn; what each request gets is rest_api.py.
+"""The REST door: connections, timeouts, limits and shutdown, on uvicorn; what each request gets is rest_api.py.
 
-    python -m elmo_tf.serve --model_dir=serving/elmo --rest_api_port=8501 [--model_name=elmo] [--host=127.0.0.1]
+    door = RestServer(registry, host="127.0.0.1", port=8501, options=ServerOptions())   # as GrpcServer is built
 
 For machines without `tensorflow_model_server`: the same paths, JSON shapes, status codes and error bodies, so
 one client works against both (the routes are listed in rest_api.py, the cases in docs/TF_SERVING_CONFORMANCE.md).
 
 uvicorn (httptools parser, uvloop) runs one event loop that only moves bytes: HTTP/1.1 keep-alive, chunked and
 `Expect: 100-continue` bodies. Each request body is read whole (at most `max_request_bytes`, else 413; within
-`read_timeout_s`, else 408), then `RestApi.handle_async` answers it: a small predict request on the loop itself
-(JSON; it waits for its batch without blocking the loop; the model runs on the batcher's thread), anything else
-on a pool of `num_threads` threads, so no model call or large body blocks the loop. Limits (`ServerOptions`):
+`read_timeout_s`, else 408), then `RestApi.handle_async` answers it on the loop: a small predict request is decoded
+and encoded there and waits for its batch without blocking the loop (the model runs on the batcher's thread);
+large bodies, large outputs, metadata and status are worked on a pool of `num_threads` threads, so no model call
+or large body blocks the loop. Limits (`ServerOptions`):
 
   max_connections   open connections; one more is accepted and closed at once.
   read_timeout_s    a request's headers, and then its body, must each arrive within it; otherwise the connection
                     is closed (after a 408 for a late body).
   idle_timeout_s    a connection with no request (a new one, or a keep-alive one between requests) is closed.
-  num_threads       requests handled at once, the others wait their turn; small predict requests hold no thread
-                    while they wait for their batch, the others (large bodies, metadata, status) run on this many.
+  num_threads       requests handled at once, the others wait their turn; a request holds no thread while it
+                    waits for its batch, and the work done off the loop runs on this many threads.
   the batcher       `max_batch_size` x `max_enqueued_batches` sentences queued (503 beyond), a deadline per request
                     (`timeout_ms`: 429 while queued, 504 during the model call).
 
-`RestServer.begin_stop` / `wait_stopped` (called by server.py's `ModelServer.stop` on SIGTERM / SIGINT) close the
-listening socket, answer every request already received or arriving within 0.5 s on an open connection (with
+`RestServer.begin_stop` / `wait_stopped` (called by model_server.py's `ModelServer.stop` on SIGTERM / SIGINT) close
+the listening socket, answer every request already received or arriving within 0.5 s on an open connection (with
 `Connection: close`) and close the connections; the batchers are then stopped by `ModelServer`. Each
 request is logged on one line at debug level (`--verbosity=1`). This is the only module that knows about uvicorn.
 """
@@ -141,7 +142,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 class RestServer:
     """The REST door: one event loop for the connections, a thread pool for the requests; the models' batchers are
-    the registry's (shared with the gRPC door, if any; server.py's `ModelServer` runs both).
+    the registry's (shared with the gRPC door, if any; model_server.py's `ModelServer` runs both).
 
     Args:
       registry: the served models.
@@ -152,17 +153,11 @@ class RestServer:
         --monitoring_config_file) when that is given.
     """
 
-    def __init__(
-        self,
-        registry: ModelRegistry,
-        host: str,
-        port: int,
-        options: ServerOptions,
-        metrics: Optional[Metrics] = None,
-        metrics_path: Optional[str] = None,
-    ):
+    def __init__(self, registry: ModelRegistry, *, host: str, port: int, options: ServerOptions,
+                 metrics: Optional[Metrics] = None, metrics_path: Optional[str] = None):
         self.options = options
-        self.api = RestApi(registry, options.timeout_ms, metrics, metrics_path, options.float_format)
+        self.api = RestApi(registry, timeout_ms=options.timeout_ms, metrics=metrics, metrics_path=metrics_path,
+                           float_format=options.float_format)
         self._socket = _listen(host, port)
         self._pool = concurrent.futures.ThreadPoolExecutor(options.threads, thread_name_prefix="elmo_tf-rest")
         self._slots = asyncio.Semaphore(options.threads)
