@@ -76,11 +76,9 @@ def main(argv):
         )
     mix_weights = mix_weights_from_flags()
 
-    from elmo_tf.model.config import ConfigError
     from elmo_tf.embedding.embed_file import check_file_paths
     from elmo_tf.embedding.embedder import Embedder
-    from elmo_tf.errors import EmbedError
-    from elmo_tf.model.weights_io import WeightFileError
+    from elmo_tf.errors import ConfigError, EmbedError, WeightFileError
 
     try:
         check_file_paths(FLAGS.input_file, FLAGS.output_file, overwrite=FLAGS.overwrite)  # before the model load
@@ -124,7 +122,6 @@ def main(argv):
         result.embedded_lines / seconds,
         result.embedded_tokens / seconds,
     )
-
 
 
 def run() -> None:

@@ -93,10 +93,10 @@ def check_run(settings, beam_args: list[str]) -> list[str]:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from elmo_tf.model.config import BiLMConfig, ConfigError
     from elmo_tf.embedding.pipeline import input_files
     from elmo_tf.embedding.records import check_prefix_settings
-    from elmo_tf.errors import EmbedError
+    from elmo_tf.errors import ConfigError, EmbedError
+    from elmo_tf.model.config import BiLMConfig
 
     options = PipelineOptions(beam_args)
     unknown = set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options())

@@ -4,20 +4,22 @@
     python train.py --train_prefix='corpus/*.txt' --vocab_file=vocab.txt --save_dir=runs/mine --preset=original
     python train.py --mode=eval --save_dir=runs/mine --heldout_prefix='heldout/*.txt'
 
-A run resumes from the latest checkpoint in --save_dir. See elmo_tf/training/, docs/TRAINING.md (the guide) and docs/TRAINING_AUDIT.md (the recipe against the original).
+A run resumes from the latest checkpoint in --save_dir. The work: `training.train_and_export` / `evaluate_run`
+(elmo_tf/training/workflow.py); docs/TRAINING.md (the guide), docs/TRAINING_AUDIT.md (the recipe against the original).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 from elmo_tf.commands.flag_checks import INT32_MAX, SEED_MAX, check_float, run_command  # noqa: E402
-from elmo_tf.errors import InputError  # noqa: E402
+from elmo_tf.errors import (ConfigError, CorpusError, ExportError, InputError, TrainingError, VocabError,  # noqa: E402
+                            WeightFileError)
+from elmo_tf.utils.env import import_tensorflow  # noqa: E402
 
 # Defaults are relative to the working directory: the repository root holds data/english (run.sh runs there).
 DEFAULT_TRAIN = os.path.join("data", "english", "train", "*.txt")
@@ -86,6 +88,11 @@ flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (then export), or e
                   "with the state carried from sentence to sentence and from a zero state per sentence.")
 flags.DEFINE_string("export_dir", "hub_module", "Export the trained model here ('' to skip).")
 FLAGS = flags.FLAGS
+# The flags `training.train_and_export` takes by their names (and --train_prefix, --save_dir, --heldout_prefix).
+LIBRARY_FLAGS = ("preset", "options_file", "init_checkpoint", "vocab_file", "vocab_size", "min_count", "max_steps",
+                 "n_epochs", "num_gpus", "allow_unhealthy", "batch_size", "unroll_steps", "n_negative_samples",
+                 "learning_rate", "dropout", "scale_loss_by_unroll_steps", "seed", "checkpoint_every", "eval_every",
+                 "keep_checkpoints", "state_reset_prob", "health_every", "health_lines", "health_max_ratio")
 
 
 def _check_flags() -> None:
@@ -107,141 +114,31 @@ def main(argv):
     if FLAGS.mode == "train" and FLAGS.export_dir and FLAGS.health_lines == 0 and not FLAGS.allow_unhealthy:
         raise app.UsageError("--health_lines=0 leaves the final export unchecked: add --allow_unhealthy, or "
                              "--export_dir='' to skip the export.")
-    from elmo_tf.utils.env import import_tensorflow
-
-    # TensorFlow's start-up, distribution and SavedModel lines only with --verbosity (e.g. --verbosity=0).
-    verbose = FLAGS["verbosity"].present
+    verbose = FLAGS["verbosity"].present  # TensorFlow's start-up, distribution and SavedModel lines: with --verbosity
     import_tensorflow(quiet=not verbose)
     if not verbose:
         logging.set_verbosity(logging.WARNING)
-    _check_flags()
-    from elmo_tf import ConfigError, ExportError, WeightFileError, training
-    from elmo_tf.errors import CorpusError, TrainingError, VocabError
+    from elmo_tf import training
+    from elmo_tf.export import hub
 
-    outputs = {f"save_dir={FLAGS.save_dir}": FLAGS.save_dir}
-    if FLAGS.vocab_file and not os.path.exists(FLAGS.vocab_file):  # to be built
-        outputs[f"vocab_file={FLAGS.vocab_file}"] = os.path.dirname(os.path.abspath(FLAGS.vocab_file))
-    if FLAGS.export_dir:
-        outputs[f"export_dir={FLAGS.export_dir}"] = os.path.dirname(os.path.abspath(FLAGS.export_dir))
-    problem = training.setup.output_folder_problem(outputs) if FLAGS.mode == "train" else None
+    _check_flags()
     try:
-        if problem:
-            raise InputError(problem)
-        result = _evaluate() if FLAGS.mode == "eval" else _train()
+        if FLAGS.mode == "eval":
+            result = training.evaluate_run(FLAGS.save_dir, FLAGS.heldout_prefix)
+        else:
+            training.setup.check_output_folders(FLAGS.save_dir, FLAGS.vocab_file, FLAGS.export_dir)
+            if FLAGS.export_dir:  # e.g. a folder of other files: refused now, not after training
+                hub.check_export_target(FLAGS.export_dir)
+            result = training.train_and_export(
+                FLAGS.train_prefix, FLAGS.save_dir, **{name: FLAGS[name].value for name in LIBRARY_FLAGS},
+                heldout_prefix=FLAGS.heldout_prefix or None,
+                demo=os.path.normpath(FLAGS.train_prefix) == os.path.normpath(DEFAULT_TRAIN),  # the bundled corpus
+                exporter=(lambda bilm: hub.export_module(bilm, FLAGS.export_dir)) if FLAGS.export_dir else None)
     except (InputError, ConfigError, VocabError, CorpusError, TrainingError, WeightFileError, ExportError, OSError) as e:
-        # Bad input or a full disk: one line that says what to do; the traceback only with --verbosity=1.
-        logging.error("%s", e)
+        logging.error("%s", e)  # bad input or a full disk: one line saying what to do (the traceback: --verbosity=1)
         logging.debug("Details:", exc_info=True)
         raise SystemExit(2) from None
     print(json.dumps(result))
-
-
-def _evaluate() -> dict:
-    """Held-out perplexity of --save_dir in both protocols: the original's (rows carry the state from sentence to
-    sentence; the top-level figures) and the exported module's (every sentence from a zero state: `zero_state`)."""
-    from elmo_tf import training
-
-    try:
-        trainer = training.restore_trainer(FLAGS.save_dir)
-    except FileNotFoundError as e:
-        raise InputError(f"--save_dir={FLAGS.save_dir}: {e}") from None
-    result = trainer.evaluate(FLAGS.heldout_prefix)
-    result["zero_state"] = trainer.evaluate(FLAGS.heldout_prefix, sentence_by_sentence=True)
-    for name, r in (("carried state (the original's protocol)", result), ("zero state (the module's protocol)",
-                                                                          result["zero_state"])):
-        say(f"Held-out perplexity, {name}: {r['perplexity']:,.2f} (forward {r['perplexity_forward']:,.2f}, backward "
-            f"{r['perplexity_backward']:,.2f}; {r['tokens']:,} tokens)")
-    return result
-
-
-def _train() -> dict:
-    from elmo_tf import export_module, training
-    from elmo_tf.export.hub import check_export_target
-
-    if FLAGS.export_dir:
-        check_export_target(FLAGS.export_dir)  # e.g. a folder of other files: refused now, not after training
-    config = training.setup.model_config(FLAGS.options_file, FLAGS.init_checkpoint, FLAGS.preset)
-    os.makedirs(FLAGS.save_dir, exist_ok=True)
-    vocab = training.setup.load_or_build_vocab(
-        FLAGS.vocab_file or os.path.join(FLAGS.save_dir, "vocab.txt"), FLAGS.train_prefix,
-        FLAGS.vocab_size or config.training.get("n_tokens_vocab"), FLAGS.min_count)
-    # FLAGS.max_steps and FLAGS.n_epochs are None unless given: with neither, the demo's steps or the recipe's epochs.
-    demo = os.path.normpath(FLAGS.train_prefix) == os.path.normpath(DEFAULT_TRAIN)
-    bound = training.run_length.run_bound(FLAGS.max_steps, FLAGS.n_epochs, demo=demo,
-                                          recipe_epochs=config.training.get("n_epochs"), recipe=_recipe_name())
-    recipe = {name: FLAGS[name].value for name in ("batch_size", "unroll_steps", "n_negative_samples", "dropout")}
-    train_config = training.recipe_config(
-        config, **{name: value for name, value in recipe.items() if value is not None},
-        learning_rate=FLAGS.learning_rate, scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps, seed=FLAGS.seed,
-        max_steps=bound.max_steps, n_epochs=bound.n_epochs,
-        checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every, keep_checkpoints=FLAGS.keep_checkpoints,
-        state_reset_prob=FLAGS.state_reset_prob, health_every=FLAGS.health_every, health_lines=FLAGS.health_lines,
-        health_max_ratio=FLAGS.health_max_ratio)
-    try:
-        strategy = training.make_strategy(FLAGS.num_gpus)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    devices = ", ".join(d.rsplit("/", 1)[-1] for d in strategy.extended.worker_devices)
-    steps = training.run_length.expected_steps(bound, FLAGS.train_prefix, global_batch=train_config.batch_size *
-                                               strategy.num_replicas_in_sync, unroll_steps=train_config.unroll_steps)
-    say(f"{training.run_length.describe(bound, FLAGS.train_prefix, steps)}, on {strategy.num_replicas_in_sync} "
-        f"replica(s): {devices}; checkpoints in {FLAGS.save_dir}")
-    # Without a GPU a large model can take weeks: the first steps are timed, and a run of over an hour says so.
-    estimate = training.run_length.DurationEstimate(steps if training.run_length.cpu_only(strategy) else None, say)
-    trainer = training.Trainer(config, vocab, train_config, FLAGS.save_dir, strategy)
-    summary = trainer.train(FLAGS.train_prefix, FLAGS.heldout_prefix or None, on_step=estimate,
-                            init_from=FLAGS.init_checkpoint, total_steps=steps)
-    logging.info("Finished: %s", json.dumps(summary))
-    if not trainer.is_chief():
-        return summary
-    if "heldout_perplexity" in summary:
-        say(f"Held-out perplexity after {summary['step']:,} steps ({FLAGS.heldout_prefix}, "
-            f"{summary['heldout_tokens']:,} tokens, the original's protocol): {summary['heldout_perplexity']:,.1f} "
-            f"(forward {summary['heldout_perplexity_forward']:,.1f}, backward {summary['heldout_perplexity_backward']:,.1f})")
-    record = None
-    if train_config.health_lines:
-        record = training.checkpoint_health(FLAGS.save_dir)
-        summary["health"] = record
-        say(_verdict(record))
-    if FLAGS.export_dir:
-        if not FLAGS.allow_unhealthy:
-            training.require_healthy(FLAGS.save_dir)
-        say(f"Exported the model of step {summary['step']:,} to {export_module(trainer.inference_model(), FLAGS.export_dir)}")
-    return summary
-
-
-def say(line: str) -> None:
-    """A line for the person at the terminal (stderr, beside the progress bar; stdout keeps the JSON result)."""
-    from elmo_tf.utils import progress
-
-    progress.write(line, sys.stderr)
-
-
-def _recipe_name() -> str:
-    """Where the model's options (and their n_epochs) come from, as the user gave it."""
-    if FLAGS.options_file:
-        return f"--options_file={FLAGS.options_file}"
-    if FLAGS.init_checkpoint:
-        return f"the options of --init_checkpoint={FLAGS.init_checkpoint}"
-    return f"--preset={FLAGS.preset}"
-
-
-def _verdict(record: dict) -> str:
-    """The health check of the final checkpoint in plain words."""
-    zero = {d: record[f"zero_{d}"] for d in ("forward", "backward")}
-    apart = max(zero.values()) / min(zero.values())
-    worst = max(record[f"zero_{d}"] / record[f"carried_{d}"] for d in zero)
-    lines = [
-        f"Zero-state check on {record['tokens']:,} tokens of {os.path.join(FLAGS.save_dir, 'health_sample.txt')} "
-        "(every sentence from a zero state, as the exported module runs it):",
-        f"  forward {zero['forward']:,.1f}, backward {zero['backward']:,.1f}: the directions are {apart:.2f}x apart, "
-        f"and at most {worst:.2f}x the perplexity from the state training carried.",
-    ]
-    if record["healthy"]:
-        lines.append("  Healthy: both directions embed from a zero state as well as in training.")
-    else:
-        lines.append("  UNHEALTHY: " + "; ".join(record["problems"]) + ".")
-    return "\n".join(lines)
 
 
 def run() -> None:

@@ -1,4 +1,5 @@
-"""Reading the checkpoints of a training directory: listing them, restoring one, and the model it holds."""
+"""The checkpoints of a training directory: listing them, restoring one (the newest readable one, to resume),
+saving and pruning them, and the model and softmax they hold."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import os
 from typing import Optional
 
 import tensorflow as tf
+from absl import logging
 
-from elmo_tf.errors import CheckpointError, tf_error_message
+from elmo_tf.errors import CheckpointError, tf_error_message, write_error_message
 from elmo_tf.model.bilm import BiLM
 from elmo_tf.model.config import BiLMConfig
+from elmo_tf.training import health
 
 
 def checkpoint_prefixes(ckpt_dir: str) -> list[str]:
@@ -41,6 +44,62 @@ def restore_checkpoint(checkpoint: tf.train.Checkpoint, prefix: str, partial: bo
             "the model or the batch settings changed since it was written, use the original settings or a new "
             "--save_dir."
         ) from None
+
+
+def resume_latest(checkpoint: tf.train.Checkpoint, ckpt_dir: str) -> bool:
+    """Restores the newest readable checkpoint of `ckpt_dir` into `checkpoint` (which tracks the run's `step`); False
+    if there is none.
+
+    A damaged newest checkpoint (cut short, or written to a full disk) is skipped with a warning, so only the
+    steps since the previous one are redone. If no checkpoint can be restored, raises CheckpointError.
+    """
+    prefixes = checkpoint_prefixes(ckpt_dir)
+    first_error = None
+    for prefix in reversed(prefixes):
+        try:
+            restore_checkpoint(checkpoint, prefix)
+        except CheckpointError as e:
+            logging.warning("%s", e)
+            first_error = first_error or e
+            continue
+        if prefix != prefixes[-1]:
+            logging.warning("Resumed from the older checkpoint %s: the newer ones cannot be read.", prefix)
+        logging.info("Resumed from %s at step %d.", prefix, int(checkpoint.step.numpy()))
+        return True
+    if first_error is not None:
+        raise CheckpointError(
+            f"None of the {len(prefixes)} checkpoint(s) in {ckpt_dir!r} can be restored; the newest: {first_error}"
+        )
+    return False
+
+
+def save_checkpoint(manager: tf.train.CheckpointManager, step: int, last_saved: int) -> None:
+    """Saves the checkpoint of `step`; a failed write (a full disk) removes what it left and raises CheckpointError
+    naming where a rerun resumes (`last_saved`: the step of the last complete checkpoint, 0 if none)."""
+    try:
+        manager.save(checkpoint_number=step)
+    except (OSError, tf.errors.OpError) as e:
+        unfinished = os.path.join(manager.directory, f"ckpt-{step}_temp")  # never read, but it takes space
+        if tf.io.gfile.exists(unfinished):
+            tf.io.gfile.rmtree(unfinished)
+        resume = f"the last complete checkpoint (step {last_saved})" if last_saved else "the start (none was saved)"
+        raise CheckpointError(
+            f"{write_error_message(e, f'the checkpoint of step {step} to {manager.directory!r}')}. Training "
+            f"stopped; rerun the same command to resume from {resume}."
+        ) from None
+
+
+def prune_checkpoints(ckpt_dir: str, keep_checkpoints: int) -> None:
+    """Deletes all checkpoints but the newest `keep_checkpoints`, and the newest healthy one if it is older."""
+    prefixes = checkpoint_prefixes(ckpt_dir)
+    steps = [checkpoint_step(p) for p in prefixes]
+    keep = set(steps[-keep_checkpoints:])
+    keep.add(health.latest_healthy(health.read_records(ckpt_dir), steps))
+    for prefix, step in zip(prefixes, steps):
+        if step not in keep:
+            # The index first: a checkpoint without it is never listed, so a crash here leaves no half of one.
+            for path in sorted(tf.io.gfile.glob(prefix + ".*"), key=lambda p: not p.endswith(".index")):
+                tf.io.gfile.remove(path)
 
 
 def checkpoint_prefix(save_dir: str, step: Optional[int] = None) -> str:

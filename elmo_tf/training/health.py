@@ -92,6 +92,25 @@ def describe(rec: dict) -> str:
     return f"step {rec['step']}: sample perplexity from a zero state, sentence by sentence: {figures}; {verdict}"
 
 
+def explain(rec: dict, sample: str) -> str:
+    """A check in plain words, for the person who trained (`sample`: the file it ran on): both directions' figures
+    from a zero state, how far apart they are and from the carried state's, and the verdict."""
+    zero = {d: rec[f"zero_{d}"] for d in DIRECTIONS}
+    apart = max(zero.values()) / min(zero.values())
+    worst = max(rec[f"zero_{d}"] / rec[f"carried_{d}"] for d in DIRECTIONS)
+    lines = [
+        f"Zero-state check on {rec['tokens']:,} tokens of {sample} (every sentence from a zero state, as the exported "
+        "module runs it):",
+        f"  forward {zero['forward']:,.1f}, backward {zero['backward']:,.1f}: the directions are {apart:.2f}x apart, "
+        f"and at most {worst:.2f}x the perplexity from the state training carried.",
+    ]
+    if rec["healthy"]:
+        lines.append("  Healthy: both directions embed from a zero state as well as in training.")
+    else:
+        lines.append("  UNHEALTHY: " + "; ".join(rec["problems"]) + ".")
+    return "\n".join(lines)
+
+
 def read_records(ckpt_dir: str) -> dict[int, dict]:
     """The recorded checks of a checkpoint folder by step ({} when there are none or the file is damaged)."""
     path = os.path.join(ckpt_dir, RECORD_FILE)

@@ -8,6 +8,7 @@ from typing import Optional
 
 from absl import logging
 
+from elmo_tf.errors import InputError
 from elmo_tf.model import presets
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.text.vocab import Vocabulary
@@ -26,15 +27,20 @@ def init_checkpoint_problem(source: str) -> Optional[str]:
     return None
 
 
-def output_folder_problem(outputs: dict[str, str]) -> Optional[str]:
-    """Why one of the run's outputs (name -> file or folder path to be written) cannot be written, or None.
+def check_output_folders(save_dir: str, vocab_file: Optional[str], export_dir: Optional[str]) -> None:
+    """Raises InputError, naming the flag, if one of a run's outputs cannot be written: `save_dir`, the folder of a
+    `vocab_file` to be built, the folder that takes `export_dir` (None or "": none).
 
     Checked first, so that a run does not fail after hours of training."""
+    outputs = {f"save_dir={save_dir}": save_dir}
+    if vocab_file and not os.path.exists(vocab_file):  # to be built
+        outputs[f"vocab_file={vocab_file}"] = os.path.dirname(os.path.abspath(vocab_file))
+    if export_dir:
+        outputs[f"export_dir={export_dir}"] = os.path.dirname(os.path.abspath(export_dir))
     for name, path in outputs.items():
         problem = writable_folder_problem(path)
         if problem:
-            return f"--{name} cannot be written: {problem}."
-    return None
+            raise InputError(f"--{name} cannot be written: {problem}.")
 
 
 def model_config(options_file: Optional[str], init_checkpoint: Optional[str], preset: str) -> BiLMConfig:

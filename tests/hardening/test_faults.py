@@ -24,7 +24,7 @@ import pytest
 import tensorflow as tf
 
 from elmo_tf import errors, training
-from elmo_tf.training import data
+from elmo_tf.training import checkpoints, data, loop
 from elmo_tf.embedding import journal
 from elmo_tf.export import hub as hub_export
 from elmo_tf.model.config import BiLMConfig
@@ -43,10 +43,10 @@ def trainer(tmp_path_factory):
     (root / "corpus.txt").write_text("the cat sat on the mat .\na dog ran in the park .\n" * 5)
     vocab = Vocabulary.build(str(root / "corpus.txt"))
     trainer = training.Trainer(BiLMConfig.from_json_file(OPTIONS), vocab, tiny_train_config(10), str(root / "run"))
-    trainer._write_run_files()
+    loop.write_run_files(trainer)
     dataset = data.lm_windows(str(root / "corpus.txt"), vocab, batch_size=4, unroll_steps=5, max_chars=50)
     trainer.iterator = iter(dataset)
-    manager = tf.train.CheckpointManager(trainer._checkpoint(trainer.iterator), str(root / "run" / "checkpoints"), 3)
+    manager = tf.train.CheckpointManager(loop.run_checkpoint(trainer, trainer.iterator), str(root / "run" / "checkpoints"), 3)
     for step in (2, 4):  # the two checkpoints differ in the step and in one weight
         trainer.step.assign(step)
         trainer.model.weights[0].assign(tf.fill(trainer.model.weights[0].shape, float(step)))
@@ -56,7 +56,7 @@ def trainer(tmp_path_factory):
 
 def resume(trainer, run: Path) -> bool:
     trainer.step.assign(0)
-    return trainer._resume(trainer._checkpoint(trainer.iterator), str(run / "checkpoints"))
+    return checkpoints.resume_latest(loop.run_checkpoint(trainer, trainer.iterator), str(run / "checkpoints"))
 
 
 def resumed_step(trainer) -> int:
