@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
 import shutil
@@ -14,7 +13,8 @@ from typing import Optional
 
 import numpy as np
 
-from elmo_tf.utils.files import atomic_write, atomic_write_json, write_folder_atomically
+from elmo_tf.utils.files import atomic_write, atomic_write_json, open_corpus, write_folder_atomically
+from evaluation.publish import plain_name
 
 
 def write_json(path: str, obj) -> None:
@@ -28,8 +28,8 @@ def tokenize_file(src: str, dst: str, tokenizer: str, max_lines: Optional[int] =
 
     from elmo_tf.text import char_ids
 
-    with (gzip.open if src.endswith(".gz") else open)(src, "rt", encoding="utf-8") as f:  # a corpus may be gzipped
-        lines = [l.strip() for i, l in enumerate(f) if i % every == 0 and l.strip()]
+    with open_corpus(src) as f:  # (gzipped or not)
+        lines = [l.decode("utf-8").strip() for i, l in enumerate(f) if i % every == 0 and l.strip()]
     if max_lines:
         lines = lines[:max_lines]
     out = []
@@ -67,12 +67,6 @@ def mix_shards(folder: str, n_shards: int, seed: int) -> None:
     write_folder_atomically(folder, write)
 
 
-def _plain_name(path: str) -> str:
-    """The file name of a corpus file once tokenized (and so decompressed)."""
-    name = os.path.basename(path)
-    return name[: -len(".gz")] if name.endswith(".gz") else name
-
-
 def prepare_corpus(train_glob: str, heldout_glob: str, out_dir: str, tokenizer: str, heldout_sentences: int) -> dict:
     """Training lines re-split with `tokenizer` and mixed into shards, and a held-out sample (every k-th line) for the curve."""
     shutil.rmtree(os.path.join(out_dir, "train"), ignore_errors=True)  # derived files only: rebuilt whole
@@ -81,21 +75,24 @@ def prepare_corpus(train_glob: str, heldout_glob: str, out_dir: str, tokenizer: 
     heldout_files = sorted(glob.glob(heldout_glob))
     if not train_files or not heldout_files:
         raise FileNotFoundError(f"No files match {train_glob!r} or {heldout_glob!r}.")
-    n_train = sum(tokenize_file(p, os.path.join(out_dir, "train", _plain_name(p)), tokenizer) for p in train_files)
+    n_train = sum(tokenize_file(p, os.path.join(out_dir, "train", plain_name(p)), tokenizer) for p in train_files)
     mix_shards(os.path.join(out_dir, "train"), TRAIN_SHARDS, seed=0)
-    total = sum(sum(1 for _ in (gzip.open if p.endswith(".gz") else open)(p, "rt", encoding="utf-8")) for p in heldout_files)
+    total = 0
+    for path in heldout_files:
+        with open_corpus(path) as f:
+            total += sum(1 for _ in f)
     every = max(1, total // heldout_sentences)
     os.makedirs(os.path.join(out_dir, "heldout"), exist_ok=True)
     n_heldout = sum(
-        tokenize_file(p, os.path.join(out_dir, "heldout", _plain_name(p)), tokenizer, every=every) for p in heldout_files
+        tokenize_file(p, os.path.join(out_dir, "heldout", plain_name(p)), tokenizer, every=every) for p in heldout_files
     )
     os.makedirs(os.path.join(out_dir, "heldout_full"), exist_ok=True)
     for p in heldout_files:  # whole files, for the final perplexity (comparable with the original's run_test.py figure)
-        tokenize_file(p, os.path.join(out_dir, "heldout_full", _plain_name(p)), tokenizer)
+        tokenize_file(p, os.path.join(out_dir, "heldout_full", plain_name(p)), tokenizer)
     return {
         "train_glob": os.path.join(out_dir, "train", "*"),
         "heldout_glob": os.path.join(out_dir, "heldout", "*"),
-        "heldout_full": sorted(os.path.join(out_dir, "heldout_full", _plain_name(p)) for p in heldout_files),
+        "heldout_full": sorted(os.path.join(out_dir, "heldout_full", plain_name(p)) for p in heldout_files),
         "train_lines": n_train,
         "heldout_lines": n_heldout,
         "tokenizer": tokenizer,

@@ -26,14 +26,14 @@ GAINS = (("h_task_elmo", "g_task"), ("i_task_elmo_adapted", "g_task"), ("j_task_
 
 FRAMING = """\
 This page is written by `evaluate.py` (`bash evaluate.sh`); only this paragraph is fixed text. It
-uses ELMo the way the paper does, at small scale on a 2-core CPU: two `small` biLMs (English words,
-Chinese characters) trained for the steps of the original bilm-tf's 40-minute reference run, with the
-trainer that follows it step for step (docs/TRAINING.md), instead of a 4096-unit model trained for weeks; each
-then trained on on its task's unlabelled training texts (domain adaptation); a task model (word2vec → BiLSTM →
-pooling → dense) trained on 100 to all of a task's training examples with and without ELMo added to its input,
-and with a random-weight biLM in ELMo's place. Reference rows: ELMo's scalar mix mean-pooled into a small
-classifier (c), word2vec alone (e) and TF-IDF + logistic regression (f). Differences are reported pair by pair
-(same examples, same seed) with their 95 % intervals; where the interval covers 0, the page says so."""
+uses ELMo the way the paper does, at small scale on a 2-core CPU: the two published `small` biLMs of
+`pretrained/` (English words, Chinese characters; trained with the trainer that follows the original step for
+step, docs/TRAINING_AUDIT.md) instead of a 4096-unit model trained for weeks; each then trained on on its task's
+unlabelled training texts (domain adaptation); a task model (word2vec → BiLSTM → pooling → dense) trained on 100
+to all of a task's training examples with and without ELMo added to its input, and with a random-weight biLM in
+ELMo's place. Reference rows: word2vec mean-pooled into a small classifier (e) and TF-IDF + logistic regression
+(f). Differences are reported pair by pair (same examples, same seed) with their 95 % intervals; where the
+interval covers 0, the page says so."""
 
 
 MIXED = ("c_mix", "d_finetune_plain", "d_finetune_ulmfit", "h_task_elmo", "i_task_elmo_adapted", "j_task_elmo_random")
@@ -338,24 +338,22 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
     lines += ["## Set-up (this run)", ""]
     lines += ["| | English | Chinese |", "|---|---|---|"]
     def trained(r: dict) -> str:
-        extra = r.get("zero_state_extra_steps", 0)
-        more = f" ({r['budget_steps']:,} + {extra:,} until healthy from a zero state)" if extra else ""
-        return f"{r['steps']:,} steps{more}, {r['minutes']:.0f} min, {r['tokens_seen']:,} tokens"
+        return f"{r['steps']:,} steps, {r['minutes']:.0f} min, {r['tokens_seen']:,} tokens"
 
-    lines.append(f"| biLM (`{s['preset']}` preset) trained | {trained(lm['en'])} | {trained(lm['zh'])} |")
+    lines.append(f"| biLM (`{s['preset']}` preset, published in `pretrained/`) | {trained(lm['en'])} | {trained(lm['zh'])} |")
     lines.append(f"| LM corpus | {lm['en']['train_lines']:,} sentences, words | "
                  f"{lm['zh']['train_lines']:,} sentences, characters (`cjk_chars`) |")
-    lines.append(f"| held-out perplexity, curve sample ({lm['en']['heldout_tokens']:,} / {lm['zh']['heldout_tokens']:,} tokens) | "
-                 f"{lm['en']['heldout_perplexity']:.1f} | {lm['zh']['heldout_perplexity']:.1f} |")
     for lang in ("en", "zh"):
-        for file, r in lm[lang].get("heldout_full", {}).items():
+        for file, r in lm[lang].get("heldout", {}).items():
             cells = ["", ""]
-            cells[0 if lang == "en" else 1] = (f"{r['perplexity']:.1f} (forward {r['perplexity_forward']:.1f}, backward "
-                                               f"{r['perplexity_backward']:.1f}; {r['tokens']:,} tokens)")
-            lines.append(f"| whole `{file}`, from a zero state | {cells[0]} | {cells[1]} |")
+            c, z = r["carried_state"], r["zero_state"]
+            cells[0 if lang == "en" else 1] = (f"{z['perplexity']:.1f} (forward {z['perplexity_forward']:.1f}, backward "
+                                               f"{z['perplexity_backward']:.1f}); carried state {c['perplexity']:.1f}; "
+                                               f"{r['tokens']:,} tokens")
+            lines.append(f"| held-out perplexity, whole `{file}`, from a zero state (model card) | {cells[0]} | {cells[1]} |")
     ref = results.get("reference")
     if ref:
-        lines.append(f"| original bilm-tf, same recipe and corpus, {ref['steps']:,} steps | "
+        lines.append(f"| original bilm-tf, same recipe and English corpus, {ref['steps']:,} steps, carried state | "
                      + ", ".join(f"`{f}` {v:.1f}" for f, v in ref["heldout"].items()) + " | |")
     w2v = results["word2vec"]
     lines.append(f"| word2vec (gensim skip-gram, same corpus and tokens) | {w2v['en']['vocab_size']:,} words × {w2v['en']['dim']}, "
@@ -460,13 +458,11 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
                 w = results["tasks"][t][v][size]["mix_weights_mean"]
                 lines.append(f"| {t} | {VARIANT_LABELS[v]} (n={size}) | " + " | ".join(f"{x:.3f}" for x in w) + " |")
     lines += ["", f"![mix weights]({images['mix_weights']})", ""]
-    lines += ["## Perplexity while training", "",
-              "Held-out perplexity on the curve's sample (full softmax, from a zero state as the exported module starts), "
-              "training perplexity (sampled softmax) as 500-step means, and for English the original bilm-tf trainer's "
-              "curve and held-out figures with the same recipe and corpus. The spikes of the held-out curve are one direction "
-              "in a bad regime when started from a zero LSTM state (the training itself carries its state and never starts "
-              "from zero); the original trainer's checkpoints do the same (docs/TRAINING.md, \"Zero-state collapse\"). "
-              "Training stops only where both directions are healthy from a zero state (`--lm_zero_state_ratio`).", "",
+    lines += ["## Perplexity while training (the published biLMs)", "",
+              "Held-out perplexity on the curve's sample (full softmax, the state carried across its sentences), training "
+              "perplexity (sampled softmax) as 500-step means, and for English the original bilm-tf trainer's curve and "
+              "held-out figures with the same recipe and corpus (5,453 steps). The whole files' figures in both protocols "
+              "are in each model card (`pretrained/*/MODEL_CARD.md`).", "",
               f"![perplexity]({images['curves']})", ""]
     lines += ["## Polysemy: one word, two senses, per layer", "",
               "Cosine similarity of the word's vectors within a sense and between senses, and leave-one-out "
@@ -487,10 +483,101 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
                      f"{chk['cli']['accuracy']:.4f} (n = {chk['cli']['n']}); the pipeline's own number: {chk['pipeline']:.4f}.")
     t = results["timings"]
     lines.append("* Wall time per stage (minutes): " + ", ".join(f"{k} {v / 60:.1f}" for k, v in t.items()) +
-                 f"; total {sum(t.values()) / 60:.1f} (machine: {s['machine']}).")
+                 f"; total {sum(t.values()) / 60:.1f}; this invocation from its start to the report "
+                 f"{results['wall_minutes']:.1f} (machine: {s['machine']}).")
     lines.append(f"* Command: `{s['command']}`.")
     lines.append("* Every classifier is saved under the run folder's `classifiers/` (not in git); `results.json` there (copy: "
                  "`docs/results/results.json`) names each variant's model folders.")
     lines.append("")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))
+
+
+def write_report(pipeline, states: dict, started: float) -> dict:
+    """results.json, the PNGs and RESULTS.md of a run (`pipeline`: evaluation.pipeline.Pipeline) from its stages' states."""
+    import platform
+    import shutil
+    import time
+
+    from elmo_tf.utils import machine
+    from evaluation.lm import write_json
+    from evaluation.pipeline import LANGS, TASKS
+
+    settings, docs_dir = pipeline.s, pipeline.s.docs_dir
+    res_dir = os.path.join(docs_dir, "results")
+    os.makedirs(res_dir, exist_ok=True)
+    classifier_dir = os.path.join(pipeline.run_dir, "classifiers")
+    tasks = [t for t in TASKS if f"clf_{t}" in states]
+    summary = summarize(classifier_dir, tasks, list(settings.variants))
+    cards = {lang: states[f"module_{lang}"]["card"] for lang in LANGS}
+    lm = {lang: dict(card["training"], heldout=card["heldout"], folder=os.path.relpath(states[f"module_{lang}"]["folder"]))
+          for lang, card in cards.items()}
+    curves = {lang: json.load(open(states[f"module_{lang}"]["curve"])) for lang in LANGS}
+    mix_rows = [size_row for rows in summary.values() for v, by_size in rows.items() if v in MIXED
+                for size_row in by_size.values()]
+    n_layers = len(mix_rows[0]["mix_weights_mean"]) if mix_rows else 3
+    reference = None
+    if os.path.isfile(settings.reference):
+        with open(settings.reference, encoding="utf-8") as f:
+            raw = json.load(f)
+        reference = {"steps": raw["steps"], "train": raw["train_perplexity_by_step"]["values"],
+                     "heldout": {os.path.basename(k): v for k, v in raw["heldout_perplexity_after_5453_steps"].items()
+                                 if k != "note"}}
+    m = machine.describe()
+    results = {
+        "setup": {
+            "preset": "small",
+            "seeds": [int(x) for x in settings.seeds],
+            "sizes": [int(n) for n in settings.sizes],
+            "ft_sizes": [int(n) for n in settings.ft_sizes],
+            "ft_seeds": [int(x) for x in settings.ft_seeds],
+            "budget": dict(pipeline.budget("en"), max_tokens_en=settings.max_tokens_en, max_tokens_zh=settings.max_tokens_zh),
+            "task_model": pipeline.task_model_budget(),
+            "adapt": {"steps": settings.adapt_steps, "learning_rate": settings.adapt_learning_rate},
+            "num_layers": n_layers,
+            "machine": f"{m['cpu_model'] or platform.machine()} ({', '.join(m['cpu_flags'])}), {m['cpu_count']} cores, "
+                       f"Python {platform.python_version()}, TensorFlow {m['tensorflow']}",
+            "command": settings.command,
+            "date": time.strftime("%Y-%m-%d"),
+        },
+        "tasks": summary,
+        "comparisons": comparisons(summary),
+        "lm": lm,
+        "adaptation": {task: {k: v for k, v in states[f"adapt_{task}"].items() if k not in ("corpus", "last_point")}
+                       for task in TASKS if f"adapt_{task}" in states},
+        "reference": reference,
+        "word2vec": {lang: states[f"w2v_{lang}"] for lang in LANGS},
+        "cli_check": states.get("cli_check"),
+        "polysemy": {lang: {k: v for k, v in p.items() if k != "vectors"} for lang, p in states["polysemy"].items() if lang in LANGS}
+        if "polysemy" in states else {},
+        "timings": {k: round(v["seconds"], 1) for k, v in states.items() if isinstance(v, dict) and "seconds" in v},
+        "wall_minutes": round((time.time() - started) / 60, 1),
+        "model_dirs": {task: {v: {size: row.get("model_dirs", {}) for size, row in by_size.items()}
+                              for v, by_size in rows.items()} for task, rows in summary.items()},
+    }
+    write_json(os.path.join(classifier_dir, "results.json"), results)
+    shutil.copyfile(os.path.join(classifier_dir, "results.json"), os.path.join(res_dir, "results.json"))
+    images = {"mix_weights": "results/mix_weights.png", "curves": "results/perplexity.png"}
+    names = {"en": "English (words)", "zh": "Chinese (characters)"}
+    plot_curves({names[lang]: curves[lang] for lang in LANGS}, os.path.join(docs_dir, images["curves"]),
+                reference={names["en"]: reference} if reference else None,
+                full={names[lang]: {f: r["carried_state"] | {"tokens": r["tokens"]} for f, r in lm[lang]["heldout"].items()}
+                      for lang in LANGS})
+    for task, rows in summary.items():
+        images[f"learning_{task}"] = f"results/learning_{task}.png"
+        plot_learning_curves(rows, task, os.path.join(docs_dir, images[f"learning_{task}"]))
+        if "g_task" in rows:
+            images[f"gains_{task}"] = f"results/gains_{task}.png"
+            plot_gains(results["comparisons"][task], rows, task, os.path.join(docs_dir, images[f"gains_{task}"]))
+    if summary:
+        plot_mix_weights(summary, os.path.join(docs_dir, images["mix_weights"]))
+    for lang, p in states.get("polysemy", {}).items():
+        if lang not in LANGS:
+            continue
+        with np.load(p["vectors"]) as f:
+            layers = [f[f"arr_{i}"] for i in range(len(f.files))]
+        images[f"polysemy_{lang}"] = f"results/polysemy_{lang}.png"
+        plot_polysemy(dict(p, layers=layers), p["label"], os.path.join(docs_dir, images[f"polysemy_{lang}"]))
+    write_markdown(os.path.join(docs_dir, "RESULTS.md"), results, images)
+    print(f"  wrote {os.path.join(docs_dir, 'RESULTS.md')} and {res_dir}/", flush=True)
+    return {"results": os.path.join(classifier_dir, "results.json")}

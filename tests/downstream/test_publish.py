@@ -1,0 +1,129 @@
+"""Publishing a trained biLM (evaluation/publish.py) and the published biLMs under pretrained/."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from elmo_tf import training
+from elmo_tf.model.config import BiLMConfig
+from elmo_tf.model.weights_io import load_original
+from elmo_tf.text.vocab import Vocabulary
+from evaluation import publish
+from tests.conftest import FIXTURES
+from tests.train_worker import tiny_train_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PUBLISHED = [os.path.join(REPO, "pretrained", name) for name in ("english_small", "chinese_small")]
+
+
+def run(*args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    root = tmp_path_factory.mktemp("publish")
+    (root / "train.txt").write_text("the cat sat on the mat .\na dog ran in the park .\n" * 20)
+    (root / "heldout.txt").write_text("the dog sat on the mat .\na cat ran .\n")
+    vocab = Vocabulary.build(str(root / "train.txt"))
+    config = BiLMConfig.from_json_file(str(FIXTURES / "tiny" / "options.json"))
+    trainer = training.Trainer(config, vocab, tiny_train_config(3), str(root / "run"))
+    summary = trainer.train(str(root / "train.txt"))
+    card = publish.publish(
+        str(root / "run"), str(root / "out"), name="tiny", language="English", tokenizer="whitespace",
+        summary=dict(summary, steps=3, minutes=0.1, tokens_seen=3 * 2 * 5, vocab_size=vocab.size, train_lines=40),
+        heldout_files=[str(root / "heldout.txt")], heldout_paths_in_repo=[str(root / "heldout.txt")],
+        command="python evaluate.py --stages=lm_en", commit="abc", machine={"cpu": "x", "cpu_model": "", "cpu_flags": [],
+                                                                              "cpu_count": 2, "tensorflow": "2.21.0"},
+        corpus="a test corpus", effect_sentences=["the cat sat .", "a dog"])
+    return root, card
+
+
+@pytest.mark.slow
+def test_published_folder_holds_the_run_and_its_card(published):
+    root, card = published
+    out = root / "out"
+    assert sorted(os.listdir(out)) == ["MODEL_CARD.md", "card.json", "options.json", "vocab.txt", "weights.hdf5"]
+    assert json.loads((out / "card.json").read_text()) == card
+    for name, f in card["files"].items():
+        assert publish.sha256(str(out / name)) == f["sha256"] and os.path.getsize(out / name) == f["bytes"]
+    # the biLM loads as original files, with the weights of the run's last checkpoint
+    ours = load_original(str(out / "options.json"), str(out / "weights.hdf5"))
+    for a, b in zip(training.restore_bilm(str(root / "run")).weights, ours.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # the card's figures are those of the run itself, in both protocols (within the softmax's storage rounding)
+    trainer = training.restore_trainer(str(root / "run"))
+    figures = card["heldout"]["heldout.txt"]
+    rtol = 1e-5 if card["storage"]["softmax"] == "float32" else publish.SOFTMAX_FLOAT16_TOLERANCE
+    for protocol, kwargs in (("carried_state", {}), ("zero_state", {"sentence_by_sentence": True})):
+        expected = trainer.evaluate(str(root / "heldout.txt"), **kwargs)
+        for key in ("perplexity_forward", "perplexity_backward"):
+            np.testing.assert_allclose(figures[protocol][key], expected[key], rtol=rtol)
+    effect = card["storage"]["float16_effect"]
+    assert len(effect["bilm_weights_float16"]) == 3 and all(0 < x["relative"] < 1e-2 for x in effect["bilm_weights_float16"])
+    text = (out / "MODEL_CARD.md").read_text()
+    assert f"train.py --mode=eval --save_dir=" in text and card["files"]["weights.hdf5"]["sha256"] in text
+
+
+def card_command_figures(folder: str, card: dict) -> dict:
+    """Runs the card's own commands (MODEL_CARD.md) for its smallest held-out file: the figures they print."""
+    text = open(os.path.join(folder, publish.CARD_MD), encoding="utf-8").read()
+    file = min(card["heldout"], key=lambda f: card["heldout"][f]["tokens"])
+    line = next(l for l in text.splitlines() if l.startswith(".venv/bin/python train.py --mode=eval")
+                and l.endswith(card["heldout_paths"][file]))
+    args = line.split()[1:]  # train.py --mode=eval --save_dir=... --heldout_prefix=...
+    result = run(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return file, json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", PUBLISHED, ids=os.path.basename)
+def test_published_bilm_reproduces_its_card(folder):
+    """A published biLM loads through export.py's loader, its files are those its card lists, and its card's command
+    gives its card's held-out figures (the smallest file, both protocols); zero state within 1.2x of carried."""
+    card = publish.read_card(folder)
+    for name, f in card["files"].items():
+        assert publish.sha256(os.path.join(folder, name)) == f["sha256"], name
+    load_original(os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5"))
+    file, got = card_command_figures(os.path.relpath(folder, REPO), card)
+    want = card["heldout"][file]
+    for protocol, result in (("carried_state", got), ("zero_state", got["zero_state"])):
+        for key in ("perplexity_forward", "perplexity_backward"):
+            np.testing.assert_allclose(result[key], want[protocol][key], rtol=1e-4, err_msg=f"{protocol} {key}")
+    for f in card["heldout"].values():
+        assert f["zero_state"]["perplexity"] <= 1.2 * f["carried_state"]["perplexity"]
+
+
+@pytest.mark.slow
+def test_readme_pretrained_commands_run_as_written(tmp_path):
+    """The README's two commands (export a published biLM, embed a file), as written, in a folder that holds what
+    they name: English gives one vector per word, Chinese one per character (the module splits raw text itself)."""
+    import re
+
+    import h5py
+
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    block = re.search(r"```bash\n(\.venv/bin/python export\.py --options_file=pretrained/.*?)\n```", readme, re.S)
+    assert block, "README lacks the pretrained biLMs' commands"
+    commands = block[1].splitlines()
+    assert len(commands) == 2
+    for name in ("export.py", "elmo_tf", "pretrained", "examples"):
+        os.symlink(os.path.join(REPO, name), tmp_path / name)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    for command in commands:
+        command = command.replace(".venv/bin/python", sys.executable)
+        done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+    for lang, count in (("en", lambda line: len(line.split())), ("zh", len)):
+        with open(os.path.join(REPO, "examples", f"sentences_{lang}.txt"), encoding="utf-8") as f:
+            lines = [line.strip() for line in f if line.strip()]
+        with h5py.File(tmp_path / f"sentences_{lang}.hdf5", "r") as f:
+            for i, line in enumerate(lines):
+                layers, tokens, dim = f[str(i)].shape
+                assert (layers, dim) == (3, 256) and tokens == count(line), (lang, i, line, f[str(i)].shape)
