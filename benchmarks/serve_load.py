@@ -3,8 +3,8 @@
     python benchmarks/serve_load.py [--model_dir=DIR] [--clients=1,8,64] [--seconds=300] [--idle=5000]
     python benchmarks/serve_load.py --protocol=grpc ...   # the same over gRPC (TF Serving's stubs)
     python benchmarks/serve_load.py --quick           # a few seconds per case (about 3 minutes in all)
-    python benchmarks/serve_load.py --port=8501       # a server already running (elmo_tf.serve or
-                                                      # tensorflow_model_server); no SIGTERM case then
+    python benchmarks/serve_load.py --rest_api_port=8501 [--port=8500]   # a server already running (elmo_tf.serve
+                                                      # or tensorflow_model_server); no SIGTERM case then
 
 Without --model_dir the tiny test model (tests/fixtures/tiny) is exported to a scratch folder. The server is
 started as `python -m elmo_tf.serve` with room for the idle connections. Each client thread keeps one HTTP/1.1
@@ -71,8 +71,9 @@ METRICS = "/monitoring/prometheus/metrics"
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 p.add_argument("--model_dir", help="an exported module or base path (default: the tiny test model)")
-p.add_argument("--port", type=int, help="use a server already listening here (REST) instead of starting one")
-p.add_argument("--grpc_port", type=int, help="with --port and --protocol=grpc: its gRPC port")
+p.add_argument("--rest_api_port", type=int, help="use a server already listening here (REST) instead of starting one "
+               "(the server's own flag names: --rest_api_port REST, --port gRPC)")
+p.add_argument("--port", type=int, help="with --rest_api_port and --protocol=grpc: the running server's gRPC port")
 p.add_argument("--protocol", choices=["rest", "grpc"], default="rest", help="the clients' door")
 p.add_argument("--clients", default="1,8,64")
 p.add_argument("--seconds", type=float, default=300.0, help="per load case")
@@ -294,18 +295,20 @@ def main() -> None:
         tf.config.threading.set_intra_op_parallelism_threads(a.tensorflow_intra_op_parallelism)
     server, model_dir = None, a.model_dir
     scratch = tempfile.TemporaryDirectory(prefix="serve_load_")
-    if a.port is None and model_dir is None:
+    if a.rest_api_port is None and model_dir is None:
         from elmo_tf.export.hub import export_original
 
         model_dir = export_original(os.path.join(TINY, "options.json"), os.path.join(TINY, "weights.hdf5"),
                                     os.path.join(scratch.name, "module"))
     global REST_PORT, GRPC_PORT
-    port, grpc_port = a.port, a.grpc_port
+    port, grpc_port = a.rest_api_port, a.port
     if port is None:
+        if grpc_port is not None:
+            raise SystemExit("--port (the running server's gRPC port) goes with --rest_api_port.")
         server, port, grpc_port = launch(model_dir, scratch.name)
     REST_PORT, GRPC_PORT = port, grpc_port
     if a.protocol == "grpc" and grpc_port is None:
-        raise SystemExit("--protocol=grpc with --port needs --grpc_port.")
+        raise SystemExit("--protocol=grpc with --rest_api_port needs --port (the server's gRPC port).")
     pid = server.pid if server else None
     load_before = os.getloadavg()
     rows = []
