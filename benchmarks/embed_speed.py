@@ -1,6 +1,7 @@
 """Embedding throughput, FLOP utilisation and peak memory of a full model on a fixed real-sentence sample.
 
     python benchmarks/embed_speed.py [--preset=original] [--batch_sizes=1,16,64] [--repeats=3]
+        [--precisions=float32,bfloat16]
 
 The model has random weights in the original layout (written to an options.json + weights.hdf5 pair and
 loaded by `elmo_tf.embedding.embedder.Embedder`, the path `python -m elmo_tf.embed --options_file` takes). The sample
@@ -9,6 +10,9 @@ so its peak RSS is its own: model load + embedding. Rows:
   * batch 1, 16, 64 in the file's order (`sort_by_length=False`), as a plain batched loop would do;
   * batch 64 with length bucketing (`sort_by_length=True`, the `embed` default);
   * `embed` command end to end (HDF5 written, length bucketing), sentences/s and tokens/s.
+With several --precisions, each row loads one Embedder per precision in its process and alternates their timed
+passes (float32, bfloat16, float32, ...), so both see the same machine load; its peak RSS then holds both models.
+The CPU's flags that decide bfloat16 speed (avx512_bf16, amx_bf16, ...) are in the table's header and the JSON.
 "Useful" FLOPs count one pass of the model per real token (no BOS/EOS or padding); utilisation divides
 them by a float32 4096 x 4096 matmul rate measured in the same run. Tokens per CPU-second (all threads of
 the process) is less sensitive than wall time to other processes sharing the machine. Prints a table; writes
@@ -29,6 +33,7 @@ sys.path.insert(0, ROOT)
 from absl import app, flags  # noqa: E402
 
 from benchmarks import common  # noqa: E402
+from elmo_tf.utils import machine  # noqa: E402
 
 flags.DEFINE_string("preset", "original", "Model size: a preset name (original, small).")
 flags.DEFINE_list("batch_sizes", ["1", "16", "64"], "Batch sizes measured in the file's order.")
@@ -36,7 +41,8 @@ flags.DEFINE_integer("bucketed_batch_size", 64, "Batch size of the length-bucket
 flags.DEFINE_integer("repeats", 3, "Timed passes over the sample per row (after one warm-up pass).")
 flags.DEFINE_string("sample", os.path.join(ROOT, "benchmarks", "data", "wikitext2_valid_77.txt"), "Sentences.")
 flags.DEFINE_string("tag", "", "Suffix of the results file (e.g. 'bf16').")
-flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "float16"], "Compute precision of the Embedder.")
+flags.DEFINE_list("precisions", ["float32"], "Precisions of the Embedder (float32, bfloat16, float16), measured "
+                  "side by side in each row's process, passes alternating.")
 flags.DEFINE_string("worker", None, "Internal: run one row (JSON) and print its result.")
 FLAGS = flags.FLAGS
 
@@ -66,29 +72,40 @@ def run_row(row: dict) -> dict:
 
     sentences = [line.split() for line in open(row["sample"], encoding="utf-8")]
     tokens = sum(len(s) for s in sentences)
-    start = time.perf_counter()
-    embedder = Embedder(row["options"], row["weights"], batch_size=row["batch_size"], layers="all",
-                        sort_by_length=row["sorted"], precision=row["precision"])
-    load_seconds = time.perf_counter() - start
-    times, cpu_times = [], []
+    embedders, load_seconds = {}, {}
+    for precision in row["precisions"]:
+        start = time.perf_counter()
+        embedders[precision] = Embedder(row["options"], row["weights"], batch_size=row["batch_size"], layers="all",
+                                        sort_by_length=row["sorted"], precision=precision)
+        load_seconds[precision] = time.perf_counter() - start
+    times = {p: [] for p in embedders}
+    cpu_times = {p: [] for p in embedders}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(row["repeats"] + 1):
-            start, cpu_start = time.perf_counter(), time.process_time()
-            if row["mode"] == "embed_file":
-                embedder.embed_file(row["sample"], os.path.join(tmp, f"out{r}.hdf5"), progress=False)
-            else:
-                embedder.embed_sentences(sentences)
-            times.append(time.perf_counter() - start)
-            cpu_times.append(time.process_time() - cpu_start)
-    seconds = common.median(times[1:])  # the first pass traces the graphs
-    return {"load_seconds": load_seconds, "pass_seconds": times[1:], "pass_cpu_seconds": cpu_times[1:],
-            "seconds": seconds, "tokens/s": tokens / seconds, "sentences/s": len(sentences) / seconds,
-            "tokens/CPU-s": tokens / common.median(cpu_times[1:]), "tokens": tokens,
-            "sentences": len(sentences), "peak RSS MB": common.peak_rss_mb()}
+            for precision, embedder in embedders.items():  # alternating: every precision sees the same load
+                start, cpu_start = time.perf_counter(), time.process_time()
+                if row["mode"] == "embed_file":
+                    embedder.embed_file(row["sample"], os.path.join(tmp, f"out{r}.hdf5"), progress=False)
+                else:
+                    embedder.embed_sentences(sentences)
+                times[precision].append(time.perf_counter() - start)
+                cpu_times[precision].append(time.process_time() - cpu_start)
+    results = {}
+    for precision in embedders:
+        seconds = common.median(times[precision][1:])  # the first pass traces the graphs
+        results[precision] = {
+            "load_seconds": load_seconds[precision], "pass_seconds": times[precision][1:],
+            "pass_cpu_seconds": cpu_times[precision][1:], "seconds": seconds, "tokens/s": tokens / seconds,
+            "sentences/s": len(sentences) / seconds, "tokens/CPU-s": tokens / common.median(cpu_times[precision][1:]),
+            "tokens": tokens, "sentences": len(sentences), "peak RSS MB": common.peak_rss_mb()}
+    return results
 
 
 def main(argv):
     del argv
+    for precision in FLAGS.precisions:
+        if precision not in ("float32", "bfloat16", "float16"):
+            raise app.UsageError(f"--precisions: {precision!r} is not one of float32, bfloat16, float16.")
     if FLAGS.worker:
         print("RESULT " + json.dumps(run_row(json.loads(FLAGS.worker))))
         return
@@ -97,9 +114,12 @@ def main(argv):
     config = presets.preset(FLAGS.preset)
     flops = common.flops_per_position(config)
     peak = common.matmul_gflops()
-    rows = [{"mode": "sentences", "batch_size": int(b), "sorted": False} for b in FLAGS.batch_sizes]
-    rows.append({"mode": "sentences", "batch_size": FLAGS.bucketed_batch_size, "sorted": True})
-    rows.append({"mode": "embed_file", "batch_size": FLAGS.bucketed_batch_size, "sorted": True})
+    cpu_flags = machine.cpu_flags()
+    jobs = [{"mode": "sentences", "batch_size": int(b), "sorted": False} for b in FLAGS.batch_sizes]
+    if FLAGS.bucketed_batch_size > 0:
+        jobs.append({"mode": "sentences", "batch_size": FLAGS.bucketed_batch_size, "sorted": True})
+        jobs.append({"mode": "embed_file", "batch_size": FLAGS.bucketed_batch_size, "sorted": True})
+    rows = []
     with tempfile.TemporaryDirectory() as folder:
         # Written in a child process, so this process stays small and the rows' RSS is their own.
         subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); "
@@ -107,28 +127,32 @@ def main(argv):
                         f"write_random_model({FLAGS.preset!r}, {folder!r})"], check=True)
         options, weights = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
         weight_mb = os.path.getsize(weights) / 2**20
-        for row in rows:
-            row.update(options=options, weights=weights, sample=FLAGS.sample, repeats=FLAGS.repeats,
-                       precision=FLAGS.precision)
-            done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(row)], capture_output=True,
+        for job in jobs:
+            spec = dict(job, options=options, weights=weights, sample=FLAGS.sample, repeats=FLAGS.repeats,
+                        precisions=FLAGS.precisions)
+            done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True,
                                   text=True)
             lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
             if done.returncode != 0 or not lines:
-                sys.exit(f"Row {row} failed:\n{done.stderr[-3000:]}")
-            row.update(json.loads(lines[-1][len("RESULT "):]))
-            row["GFLOP/s useful"] = row["tokens/s"] * flops / 1e9
-            row["% of matmul peak"] = 100.0 * row["GFLOP/s useful"] / peak
-            row["order"] = "length-bucketed" if row["sorted"] else "file order"
-            for key in ("options", "weights", "sample"):
-                del row[key]
-            print(f"{row['mode']} batch {row['batch_size']} {row['order']}: {row['tokens/s']:.1f} tokens/s", flush=True)
-    columns = ["mode", "batch_size", "order", "tokens/s", "sentences/s", "% of matmul peak", "tokens/CPU-s",
-               "peak RSS MB", "load_seconds"]
-    print(f"\n{FLAGS.preset} preset ({flops / 1e6:.1f} MFLOP per token position, weights {weight_mb:.0f} MB), "
-          f"precision {FLAGS.precision}; float32 4096^2 matmul peak {peak:.1f} GFLOP/s; medians of {FLAGS.repeats}")
+                sys.exit(f"Row {job} failed:\n{done.stderr[-3000:]}")
+            results = json.loads(lines[-1][len("RESULT "):])
+            for precision in FLAGS.precisions:
+                row = dict(job, precision=precision, **results[precision])
+                row["GFLOP/s useful"] = row["tokens/s"] * flops / 1e9
+                row["% of matmul peak"] = 100.0 * row["GFLOP/s useful"] / peak
+                row["vs float32"] = row["tokens/s"] / results["float32"]["tokens/s"] if "float32" in results else None
+                row["order"] = "length-bucketed" if row["sorted"] else "file order"
+                rows.append(row)
+                print(f"{row['mode']} batch {row['batch_size']} {row['order']} {precision}: {row['tokens/s']:.1f} "
+                      "tokens/s", flush=True)
+    columns = ["mode", "batch_size", "order", "precision", "tokens/s", "vs float32", "sentences/s",
+               "% of matmul peak", "tokens/CPU-s", "peak RSS MB", "load_seconds"]
+    print(f"\n{FLAGS.preset} preset ({flops / 1e6:.1f} MFLOP per token position, weights {weight_mb:.0f} MB in float32), "
+          f"precisions {','.join(FLAGS.precisions)} (passes alternating in each row's process); CPU flags "
+          f"{' '.join(cpu_flags) or 'unknown'}; float32 4096^2 matmul peak {peak:.1f} GFLOP/s; medians of {FLAGS.repeats}")
     common.print_table(rows, columns)
     name = "embed_speed" + (f"_{FLAGS.tag}" if FLAGS.tag else "")
-    print("saved", common.save(name, {"preset": FLAGS.preset, "precision": FLAGS.precision,
+    print("saved", common.save(name, {"preset": FLAGS.preset, "precisions": FLAGS.precisions, "cpu_flags": cpu_flags,
                                       "mflop_per_position": flops / 1e6, "weights_mb": weight_mb,
                                       "matmul_peak_gflops": peak, "rows": rows}))
 

@@ -46,8 +46,9 @@ check_float("l2_coef", 0)
 flags.DEFINE_enum("tokenizer", "whitespace", ["whitespace", "cjk_chars"],
                   "In-graph tokenizer of the `default` signature: like str.split(), or every CJK ideograph a token.")
 flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "float16"],
-                  "Compute precision of the module (weights stay float32): bfloat16 is faster where the CPU or GPU "
-                  "has bfloat16 units (outputs deviate ~1e-2 from float32); float16 is for GPUs.")
+                  "Precision of the module: bfloat16 stores the biLM's weights in bfloat16 and is faster where the "
+                  "CPU (avx512_bf16, amx_bf16) or GPU has bfloat16 units, far slower elsewhere (outputs within 6 % "
+                  "of each output's largest value of float32's; not with --trainable=all); float16 is for GPUs.")
 flags.DEFINE_integer("version", None, "Write to EXPORT_DIR/VERSION/, the folder layout of TF Serving's --model_base_path.",
                      lower_bound=1, upper_bound=2**63 - 1)  # TF Serving's versions are int64
 FLAGS = flags.FLAGS
@@ -72,6 +73,9 @@ def main(argv):
     saved_model_only = ("trainable", "layer_norm", "mix_weights", "l2_coef", "tokenizer", "version", "precision")
     if FLAGS.format == "hdf5" and any(FLAGS[name].present for name in saved_model_only):
         raise app.UsageError(f"--{', --'.join(saved_model_only)} apply to --format=saved_model only.")
+    if FLAGS.precision == "bfloat16" and FLAGS.trainable == "all":
+        raise app.UsageError("--precision=bfloat16 stores the biLM's weights in bfloat16, too coarse for fine-tuning "
+                             "updates: export --trainable=all in float32, or a bfloat16 module with --trainable=mix|none.")
 
     import tensorflow as tf
 

@@ -32,6 +32,7 @@ from elmo_tf.model.bilm import PRECISIONS, with_precision
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.text import char_ids
 from elmo_tf.text.tokens import max_tokens
+from elmo_tf.utils import machine
 from elmo_tf.utils.batching import length_batches
 
 LAYER_MODES = ("all", "top", "average", "mix")
@@ -171,6 +172,7 @@ class Embedder:
         self.num_layers = 1 + sum(1 for k in keys if k.startswith("lstm_outputs"))  # L + 1
         self.dim = 2 * int(tokens_fn.structured_outputs["word_emb"].shape[-1])  # 2P
         self.model_description = f"module:{os.path.realpath(path)}"
+        machine.warn_if_bfloat16_is_slow(getattr(module, "variables", None), f"Module {path!r}")
         self._module = module  # keeps the signatures' variables alive
 
         def layers_of(out):  # L + 1 x [B, T, 2P]
@@ -200,6 +202,7 @@ class Embedder:
         self.model_description = f"options:{os.path.realpath(options_file)},weights:{os.path.realpath(weight_file)}"
         if self.precision != "float32":
             self.model_description += f",precision:{self.precision}"
+        machine.warn_if_bfloat16_is_slow(bilm.weights, f"The biLM of {options_file!r} in precision={self.precision!r}")
         self._bilm = bilm
         self._tokenizer = "whitespace"  # the original's inputs are whitespace-tokenized; the files name no tokenizer
 

@@ -24,6 +24,7 @@ from absl import logging
 
 from elmo_tf.text import char_ids
 from elmo_tf.model.bilm import PRECISIONS, BiLM, with_precision
+from elmo_tf.utils import machine
 from elmo_tf.utils.files import recover_interrupted_folder, write_folder_atomically
 from elmo_tf.errors import ExportError, write_error_message
 from elmo_tf.layers.scalar_mix import ScalarMix
@@ -45,9 +46,11 @@ class ExportOptions:
         `str.split()`) or "cjk_chars" (every CJK ideograph a token, the rest split on whitespace).
       version: when set, the SavedModel goes to `export_dir/<version>/`, the layout TF Serving's
         `--model_base_path` expects (other versions there are kept).
-      precision: compute precision of the module, "float32" (default), "bfloat16" (opt-in: faster where the
-        CPU or GPU has bfloat16 units, outputs deviate from float32 by ~1e-2) or "float16" (GPUs). Weights
-        are stored as float32 in every case and outputs are float32.
+      precision: precision of the module, "float32" (default), "bfloat16" or "float16" (GPUs). "bfloat16" stores
+        the biLM's weights as bfloat16 variables and computes in bfloat16 (the LSTM cell state, the scalar mix
+        and the outputs stay float32): faster where the CPU (AVX512-BF16, AMX) or GPU has bfloat16 units, far
+        slower elsewhere (a warning says so); outputs deviate from float32 by at most 5 % of each output's
+        largest value (docs/KERAS.md). Not with `trainable="all"`. "float16" keeps float32 weights.
     """
 
     trainable: str = "mix"
@@ -67,6 +70,12 @@ class ExportOptions:
             raise ExportError(f"`tokenizer` must be one of {list(char_ids.TOKENIZERS)}; received {self.tokenizer!r}.")
         if self.precision not in PRECISIONS:
             raise ExportError(f"`precision` must be one of {list(PRECISIONS)}; received {self.precision!r}.")
+        if self.precision == "bfloat16" and self.trainable == "all":
+            raise ExportError(
+                "`precision='bfloat16'` stores the biLM's weights in bfloat16, too coarse for fine-tuning updates, so "
+                "it cannot be combined with `trainable='all'`. Export a fine-tunable module in float32 (the default), "
+                "or a bfloat16 one with `trainable='mix'` or `'none'`."
+            )
         if self.version is not None and (not isinstance(self.version, int) or self.version < 1):
             raise ExportError(f"`version` must be an integer >= 1 (a TF Serving version folder); received {self.version!r}.")
 
@@ -316,6 +325,8 @@ def export_module(
             f"`mix_weights` needs {bilm.config.num_output_layers} values (L + 1); "
             f"received {list(export_options.mix_weights)}."
         )
+    if export_options.precision == "bfloat16" and machine.bfloat16_warning():
+        logging.warning("Exporting a bfloat16 module. %s", machine.bfloat16_warning())
     bilm = with_precision(bilm, export_options.precision)
 
     def write(folder: str, scratch: str) -> None:

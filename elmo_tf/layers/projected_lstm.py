@@ -8,6 +8,9 @@ import keras
 import tensorflow as tf
 
 
+# The cell state c and the gate activations are float32 in every precision (see `_step`).
+CELL_DTYPE = tf.float32
+
 # From this many rows on, the recurrent product uses a transposed copy of the recurrent weight (see `_step`).
 TRANSPOSED_FROM_BATCH = 8
 
@@ -101,7 +104,7 @@ class ProjectedLSTM(keras.layers.Layer):
 
     def zero_state(self, batch_size) -> tuple[tf.Tensor, tf.Tensor]:
         return (
-            tf.zeros([batch_size, self.units], self.compute_dtype),
+            tf.zeros([batch_size, self.units], CELL_DTYPE),
             tf.zeros([batch_size, self.output_dim], self.compute_dtype),
         )
 
@@ -145,11 +148,13 @@ class ProjectedLSTM(keras.layers.Layer):
           `(z, c_pre, u, m_pre)`: gates before activation `[B, 4H]`, cell before clipping `[B, H]`,
           `sigmoid(o) * tanh(c_t)` `[B, H]`, projected output before clipping `[B, h]` (u without projection).
         """
-        z = gates_x_t + recurrent_product(m)  # [B, 4H]
+        # The gates and the cell update run in float32 whatever the compute dtype (a no-op in float32): the
+        # cell state accumulates over the steps, and bfloat16 rounding there is what moves the outputs most.
+        z = tf.cast(gates_x_t + recurrent_product(m), CELL_DTYPE)  # [B, 4H]
         i, j, f, o = tf.split(z, 4, axis=-1)  # [B, H] each
         c_pre = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(j)
         u = tf.sigmoid(o) * tf.tanh(self._clip(c_pre, self.cell_clip))
-        m_pre = u if projection is None else tf.matmul(u, projection)
+        m_pre = tf.cast(u, m.dtype) if projection is None else tf.matmul(tf.cast(u, projection.dtype), projection)
         return z, c_pre, u, m_pre
 
     def recurrent_product_fn(self, w_recurrent, transposed, w_recurrent_t=None):

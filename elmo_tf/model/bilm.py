@@ -18,9 +18,11 @@ from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.highway import Highway
 
 
-# Compute precisions: variables stay float32 in every mode (checkpoints and weight files are unchanged);
-# "bfloat16" computes in bfloat16 (CPUs with AVX512-BF16/AMX, recent GPUs), "float16" in float16 (GPUs).
-PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+# Inference precisions -> Keras dtype policies. "bfloat16" (CPUs with AVX512-BF16/AMX, recent GPUs) stores every
+# biLM weight in bfloat16 and computes in it, so a call reads half the bytes and converts nothing; the LSTM cell
+# state and gates stay float32 (`ProjectedLSTM`), the outputs are float32. "float16" (GPUs) keeps float32
+# variables cast to float16 on each call. Checkpoints and weight files are float32 in every case.
+PRECISIONS = {"float32": "float32", "bfloat16": "bfloat16", "float16": "mixed_float16"}
 
 
 def precision_policy(precision: str) -> str:
@@ -31,7 +33,8 @@ def precision_policy(precision: str) -> str:
 
 
 def with_precision(bilm: "BiLM", precision: str) -> "BiLM":
-    """`bilm` itself for float32, else a copy computing in `precision` (same float32 weights, outputs float32)."""
+    """`bilm` itself for float32, else an inference copy in `precision` (its weights rounded to bfloat16 for
+    "bfloat16"; outputs float32). Not for training: bfloat16 weights cannot take small updates."""
     policy = precision_policy(precision)
     if bilm.dtype_policy.name == policy:
         return bilm
@@ -48,7 +51,7 @@ class BiLM(keras.Model):
     Args:
       config: a `BiLMConfig` or an options dict in the original `options.json` layout.
       dropout: input dropout of every LSTM layer during training.
-      dtype: Keras dtype policy, e.g. "mixed_bfloat16" (see `PRECISIONS`); outputs are float32 in every case.
+      dtype: Keras dtype policy, e.g. "bfloat16" (see `PRECISIONS`); outputs are float32 in every case.
 
     Call arguments:
       char_ids: int `[B, S, C]` as produced by `elmo_tf.text.char_ids.batch_char_ids` (BOS and EOS slots

@@ -19,6 +19,7 @@ from elmo_tf.errors import ModelDirError, ServeError, load_saved_model, tf_error
 from elmo_tf.serving.model_config import check_name
 from elmo_tf.serving.version_folders import resolve_model_dir
 from elmo_tf.text.tokens import max_tokens
+from elmo_tf.utils import machine
 
 SEQUENCE_LEN = "sequence_len"
 DEFAULT_SIGNATURE = "serving_default"  # the signature of a request that names none
@@ -159,6 +160,7 @@ class ServedModel:
         self.path, self.version = resolve_model_dir(model_dir) if version is None else (model_dir, version)
         loaded = load_saved_model(self.path, ModelDirError)
         self._loaded = loaded  # keeps the variables alive
+        machine.warn_if_bfloat16_is_slow(getattr(loaded, "variables", None), f"The SavedModel at {self.path!r}")
         self.signatures = {key: Signature.from_function(key, fn) for key, fn in loaded.signatures.items()}
         if not self.signatures:
             raise ModelDirError(f"The SavedModel at {self.path!r} has no signatures to serve.")
