@@ -14,6 +14,7 @@ from elmo_tf.model.weights_io import load_original
 from elmo_tf.text.vocab import Vocabulary
 from evaluation import publish
 from tests.conftest import FIXTURES
+from tests.doc_code import doc_code, shell_commands
 from tests.train_worker import tiny_train_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -104,14 +105,9 @@ def test_published_bilm_reproduces_its_card(folder):
 def test_readme_pretrained_commands_run_as_written(tmp_path):
     """The README's two commands (export a published biLM, embed a file), as written, in a folder that holds what
     they name: English gives one vector per word, Chinese one per character (the module splits raw text itself)."""
-    import re
-
     import h5py
 
-    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
-    block = re.search(r"```bash\n(\.venv/bin/python export\.py --options_file=pretrained/.*?)\n```", readme, re.S)
-    assert block, "README lacks the pretrained biLMs' commands"
-    commands = block[1].splitlines()
+    commands = shell_commands(doc_code("readme_pretrained_commands"))
     assert len(commands) == 2
     for name in ("export.py", "elmo_tf", "pretrained", "examples"):
         os.symlink(os.path.join(REPO, name), tmp_path / name)

@@ -20,6 +20,7 @@ import tensorflow as tf  # noqa: E402
 
 from elmo_tf.downstream import saved, task_model as TM, tfidf  # noqa: E402
 from elmo_tf.errors import ClassifierError  # noqa: E402
+from tests.doc_code import exec_doc_code  # noqa: E402
 from tests.shared_builds import reference_export  # noqa: E402
 
 SLOW_FIXTURES = {"module"}  # the reference fixture's export (conftest.py)
@@ -246,6 +247,26 @@ def test_create_train_save_load_from_python(module, tmp_path):
         clf.train(["good"], [7])
     with pytest.raises(ClassifierError, match="2 texts but 1 labels"):
         clf.train(["good", "bad"], [1])
+
+
+def test_keras_md_task_model_example(module, tmp_path, monkeypatch):
+    """docs/KERAS.md's task-model block, run as written in a folder holding `w2v/` and the tiny export as
+    `hub_module/`, with the texts and labels it leaves to the reader."""
+    _word_vectors(tmp_path / "w2v", ["good", "bad", "film", "the"])
+    os.symlink(module, tmp_path / "hub_module")
+    monkeypatch.chdir(tmp_path)
+    texts = ["the film was good", "bad film", "good good film", "the bad", "film"] * 4
+    given = {"train_texts": texts, "train_labels": [1, 0, 1, 0, 1] * 4, "test_texts": ["good film", "the bad film"]}
+    namespace = exec_doc_code("keras_task_model", given=given)
+    assert len(namespace["losses"]) == 10 and all(np.isfinite(namespace["losses"]))  # epochs=10
+    probs = namespace["probs"]
+    assert probs.shape == (2, 2)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    assert len(namespace["clf"].model.mix_weights()) == 3  # one per biLM layer (L + 1)
+    # `clf` is now the classifier loaded from my_classifier/: the same predictions.
+    saved_config = json.loads((tmp_path / "my_classifier" / "classifier.json").read_text())
+    assert saved_config["word_vectors"] == os.path.join("..", "w2v")  # relative to the classifier's folder
+    np.testing.assert_allclose(namespace["clf"].predict(given["test_texts"]), probs, rtol=1e-5, atol=1e-6)
 
 
 def test_tfidf_is_saved_without_pickle_and_predicts_as_fitted(tmp_path):

@@ -28,6 +28,7 @@ import tensorflow as tf  # noqa: E402
 from elmo_tf.embedding.embedder import EmbedError, Embedder, module_tokenizer  # noqa: E402
 from elmo_tf.embedding.input_file import count_lines  # noqa: E402
 from elmo_tf.utils.batching import length_batches  # noqa: E402
+from tests.doc_code import exec_doc_code  # noqa: E402
 from tests.shared_builds import reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -326,6 +327,24 @@ def test_embed_file_layout_and_values(embedder, corpus, tmp_path):
     # AllenNLP's sentence_to_index: stripped line -> str(index); a repeated line keeps its last index.
     assert index == {line.strip(): str(i) for i, line in enumerate(LINES)}
     assert index["Hello"] == "5" and index[""] == "6" and index["two  spaces"] == "7"
+
+
+def test_embedding_md_python_examples(module_dir, tmp_path, monkeypatch):
+    """docs/EMBEDDING.md's "From Python" block, then its block reading the HDF5 file, run as written in a folder
+    holding the tiny export as `hub_module` and a `corpus.txt` with the sentence the reading block looks up."""
+    os.symlink(module_dir, tmp_path / "hub_module")
+    (tmp_path / "corpus.txt").write_text("The cat sat .\nHello\n\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    python = exec_doc_code("embedding_embedder")
+    embedder = python["embedder"]
+    assert embedder.tokenizer == "whitespace"
+    vectors = python["vectors"]  # embed_texts(["The cat sat .", "Hello"]), the top layer
+    assert [v.shape for v in vectors] == [(4, 32), (1, 32)]
+    for got, tokens in zip(vectors, (["The", "cat", "sat", "."], ["Hello"])):
+        np.testing.assert_allclose(got, embedder.embed_sentences([tokens])[0], rtol=0, atol=TOL)
+    read = exec_doc_code("embedding_read_hdf5")["vectors"]  # "The cat sat ." from the corpus.hdf5 embed_file wrote
+    assert read.dtype == np.float16 and read.shape == (4, 32)
+    np.testing.assert_allclose(read.astype(np.float32), vectors[0], rtol=1e-3, atol=1e-3)  # float16's precision
 
 
 def test_embed_file_float16_and_mix(original, corpus, tmp_path):

@@ -37,6 +37,7 @@ from elmo_tf.commands import embed_beam  # noqa: E402
 from elmo_tf.embedding import pipeline as embed_pipeline  # noqa: E402
 from elmo_tf.embedding import records as embed_records  # noqa: E402
 from elmo_tf.embedding.embedder import EmbedError, Embedder  # noqa: E402
+from tests.doc_code import doc_code, exec_doc_code, shell_commands  # noqa: E402
 from tests.shared_builds import reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,26 +229,49 @@ def test_hdf5_conversion_needs_every_line(runs, tmp_path):
     ],
     ids=["all", "mix-float16-module-tokenizer"],
 )
-def test_hdf5_conversion_equals_embed_file(module_dir, corpus, tmp_path, overrides, embedder_kwargs, file_kwargs):
+def test_hdf5_conversion_equals_embed_file(module_dir, corpus, tmp_path, monkeypatch, overrides, embedder_kwargs,
+                                          file_kwargs):
     clean = tmp_path / "clean"
     clean.mkdir()
     for name in ("a.txt", "b.txt"):
         (clean / name).write_bytes(FILES[name])
     (tmp_path / "out").mkdir()
-    run_in_process(module_dir, f"{clean}/*.txt", tmp_path / "out" / "emb", **overrides)
-    assert embed_records.records_to_hdf5(str(tmp_path / "out" / "emb"), str(tmp_path / "beam.hdf5")) == 15
+    run_in_process(module_dir, f"{clean}/*.txt", tmp_path / "out" / "corpus", **overrides)
+    if overrides:
+        assert embed_records.records_to_hdf5(str(tmp_path / "out" / "corpus"), str(tmp_path / "corpus.hdf5")) == 15
+    else:  # docs/EMBEDDING.md reads these shards and converts them, as written, from this folder
+        monkeypatch.chdir(tmp_path)
+        run_embedding_md_blocks(tmp_path)
     # elmo_tf.embed over the two files concatenated (a.txt ends with a newline and fills whole chunks).
     (tmp_path / "both.txt").write_bytes(FILES["a.txt"] + FILES["b.txt"])
     Embedder(module_dir, batch_size=BATCH_SIZE, **embedder_kwargs).embed_file(
         str(tmp_path / "both.txt"), str(tmp_path / "embed.hdf5"), chunk_lines=CHUNK_LINES, progress=False,
         **file_kwargs)
-    got, got_index = read_h5(tmp_path / "beam.hdf5")
+    got, got_index = read_h5(tmp_path / "corpus.hdf5")
     want, want_index = read_h5(tmp_path / "embed.hdf5")
     assert got_index == want_index  # the same JSON text
     assert sorted(got) == sorted(want) and len(got) == 15
     for key in want:
         assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, key
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def run_embedding_md_blocks(folder: Path) -> None:
+    """docs/EMBEDDING.md's Python block reading a run's shards (tf.data, and read_records), then its command writing
+    the HDF5 file, run as written in `folder` (the working directory), which holds a run at out/corpus."""
+    records = list(embed_records.read_records("out/corpus"))
+    assert len(records) == 15
+    namespace = exec_doc_code("embedding_read_records")
+    parsed = list(namespace["dataset"])  # (tokens, vectors) per line, the shards in name order
+    assert len(parsed) == len(records) and namespace["r"].line == records[-1].line  # the loop saw every record
+    for (tokens, vectors), record in zip(parsed, records):
+        assert [t.decode("utf-8") for t in tokens.numpy()] == list(record.tokens)
+        np.testing.assert_array_equal(vectors.numpy(), record.embeddings)
+    (command,) = shell_commands(doc_code("embedding_records_to_hdf5"))
+    done = subprocess.run(command.replace(".venv/bin/python", sys.executable), shell=True, cwd=folder, env=child_env(),
+                          capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (folder / "corpus.hdf5").is_file()
 
 
 def test_lines_follow_a_cjk_chars_module(cjk_module_dir, tmp_path):

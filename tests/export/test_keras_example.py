@@ -1,4 +1,5 @@
-"""README.md ("Pretrained biLMs"): its two tf_keras + TF-Hub examples, run as written in child processes.
+"""The Keras examples of README.md (two tf_keras + TF-Hub models) and docs/KERAS.md (loading a module, the original
+files from Python), run as written.
 
 Each block runs in a fresh Python process, in a folder holding the tiny fixture's export as `elmo_en`, with
 TF_USE_LEGACY_KERAS taken out of the environment: the block's own first lines must select tf_keras before TensorFlow
@@ -6,6 +7,9 @@ loads (checked: the model is a tf_keras model). The child then reports what the 
 predictions' shape, and for the string model the trained scalar mix; for the tokens model, its outputs with the padded
 tokens changed (the module ignores tokens past `sequence_len`) and with longer padding, which the mask must make no
 difference to (without it the mean changes by ~0.08 here), and with a real token changed, which must make one.
+
+docs/KERAS.md's blocks load a module and the original files; they run in this process (Keras 3, as the first one
+expects), in a folder holding the tiny export as `hub_module` and the fixture's `options.json` and `weights.hdf5`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -21,26 +24,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from tests.doc_code import doc_code, exec_doc_code
 from tests.shared_builds import copy_of, reference_export
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = REPO / "README.md"
-STRING_BLOCK = re.escape("# Raw sentences -> ELMo sentence vectors")
-TOKENS_BLOCK = re.escape("# Tokens + sequence_len -> ELMo per token")
-SLOW_FIXTURES = {"workdir"}  # an export and child processes (conftest.py)
+TINY = REPO / "tests" / "fixtures" / "tiny"
+SLOW_FIXTURES = {"workdir", "keras_md_dir"}  # an export and child processes (conftest.py)
 CHILD_TIMEOUT = 600
 EPOCHS, SENTENCES = 5, 8  # as the blocks fit
 
-# Runs one block (tests/doc_code.py imports no TensorFlow, so the block's first lines come first), then reports.
+# Runs one block (its code read from a file, so the block's first lines come first), then reports.
 _CHILD = textwrap.dedent(
     """
     import json, sys
-    from pathlib import Path
-    from tests.doc_code import exec_doc_code
 
-    doc, block, out = sys.argv[1:4]
-    namespace = exec_doc_code(Path(doc), block)
+    code, out = sys.argv[1:3]
+    namespace = {}
+    exec(compile(open(code).read(), code, "exec"), namespace)
 
     import numpy as np
     import tensorflow as tf
@@ -81,11 +83,12 @@ def workdir(tmp_path_factory) -> Path:
     return folder
 
 
-def run_block(workdir: Path, block: str, name: str) -> dict:
+def run_block(workdir: Path, code: str, name: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
-    out = workdir / f"{name}.json"
-    child = subprocess.run([sys.executable, "-c", _CHILD, str(DOC), block, str(out)], cwd=workdir, env=env,
+    out, code_file = workdir / f"{name}.json", workdir / f"{name}_block.txt"  # not importable: no stdlib shadowing
+    code_file.write_text(code, encoding="utf-8")
+    child = subprocess.run([sys.executable, "-c", _CHILD, str(code_file), str(out)], cwd=workdir, env=env,
                            capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     assert child.returncode == 0, child.stderr[-5000:]
     assert "P(positive):" in child.stdout and "loss per epoch:" in child.stdout, child.stdout
@@ -101,7 +104,7 @@ def check_fit(report: dict, predictions: int) -> None:
 
 
 def test_string_input_model_fits_and_trains_the_mix(workdir):
-    report = run_block(workdir, STRING_BLOCK, "string")
+    report = run_block(workdir, doc_code("readme_keras_text"), "string")
     check_fit(report, predictions=2)
     # export's default --trainable=mix: the scalar-mix weights and gamma, and fit moved them.
     assert len(report["trainable"]) == 2 and any("gamma" in name for name in report["trainable"]), report
@@ -109,7 +112,7 @@ def test_string_input_model_fits_and_trains_the_mix(workdir):
 
 
 def test_tokens_model_fits_and_its_mask_ignores_padding(workdir):
-    report = run_block(workdir, TOKENS_BLOCK, "tokens")
+    report = run_block(workdir, doc_code("readme_keras_tokens"), "tokens")
     check_fit(report, predictions=SENTENCES)
     base = np.array(report["base"])
     np.testing.assert_allclose(1 / (1 + np.exp(-base)), report["probabilities"], rtol=0, atol=1e-6)  # the block's own
@@ -118,3 +121,31 @@ def test_tokens_model_fits_and_its_mask_ignores_padding(workdir):
     np.testing.assert_allclose(report["longer"], base, rtol=0, atol=1e-6)
     changed = np.abs(np.array(report["changed_word"]) - base)[:, 0]
     assert changed[0] > 1e-6 and np.all(changed[1:] < 1e-6), changed  # a real token counts, in its row only
+
+
+@pytest.fixture(scope="module")
+def keras_md_dir(tmp_path_factory) -> Path:
+    """A folder holding the tiny export as `hub_module`, and tests/fixtures/tiny's options.json and weights.hdf5."""
+    folder = tmp_path_factory.mktemp("keras_md")
+    os.symlink(reference_export("tiny"), folder / "hub_module")
+    for name in ("options.json", "weights.hdf5"):
+        os.symlink(TINY / name, folder / name)
+    return folder
+
+
+def test_keras_md_loads_a_module_and_the_original_files(keras_md_dir, monkeypatch):
+    monkeypatch.chdir(keras_md_dir)
+    module = exec_doc_code("keras_load")
+    out = module["out"]  # the `default` signature on ["The cat sat .", "Hello"]
+    assert out["elmo"].shape == (2, 4, 32) and out["default"].shape == (2, 32)
+    np.testing.assert_array_equal(out["sequence_len"].numpy(), [4, 1])
+    from_keras = module["layer"](tf.constant(["The cat sat .", "Hello"]))  # TFSMLayer, serving_default
+    np.testing.assert_allclose(from_keras["default"], out["default"], rtol=0, atol=1e-6)
+    # hub.KerasLayer(..., trainable=True) trains what the export lists: the scalar mix (export's --trainable=mix).
+    assert sorted(v.name.split("/")[-1] for v in module["elmo_layer"].trainable_variables) == ["gamma:0",
+                                                                                              "mix_weights:0"]
+    original = exec_doc_code("keras_load_original")["out"]  # the same weights as a Keras BiLM, on "The cat sat ."
+    assert len(original["layers"]) == 3  # L + 1
+    one = module["elmo"].signatures["default"](text=tf.constant(["The cat sat ."]))
+    for k in (1, 2):
+        np.testing.assert_allclose(original["layers"][k], one[f"lstm_outputs{k}"], rtol=0, atol=1e-5)

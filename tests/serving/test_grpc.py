@@ -50,7 +50,7 @@ from tests.serving.test_serve import (  # noqa: E402
     reference,  # noqa: F401 - a fixture
     start_serve,
 )
-from tests.doc_code import exec_doc_code  # noqa: E402
+from tests.doc_code import doc_code, exec_doc_code  # noqa: E402
 from tests.shared_builds import reference_export  # noqa: E402
 
 SLOW_FIXTURES = {"base_path"}  # an export served over gRPC: their tests are slow (conftest.py)
@@ -192,7 +192,7 @@ def test_concurrent_calls_share_model_calls_and_get_their_own_results(stubs, ref
 
 def test_readme_grpc_client(server, reference):
     """The README's gRPC client, run as written against this server: per-token `elmo` vectors and the lengths."""
-    namespace = exec_doc_code(REPO / "README.md", r"import grpc\n", "vectors, lengths = ")
+    namespace = exec_doc_code("readme_grpc_client", until="vectors, lengths = ")
     vectors, lengths = namespace["embed_tokens"](SENTENCES[:3], server=f"127.0.0.1:{server.grpc_port}")
     want = direct(reference, "elmo_only", text=SENTENCES[:3])
     np.testing.assert_array_equal(vectors, want["elmo"])
@@ -201,9 +201,7 @@ def test_readme_grpc_client(server, reference):
 
 def test_serving_md_grpc_calls(server, reference):
     """docs/SERVING.md's gRPC calls, run as written against this server."""
-    doc = (REPO / "docs" / "SERVING.md").read_text(encoding="utf-8")
-    section = doc.split("## The gRPC calls", 1)[1]
-    code = re.search(r"```python\n(.*?)\n```", section, re.S)[1]
+    code = doc_code("serving_grpc_calls")
     namespace: dict = {}
     exec(compile(code.replace("localhost:8500", f"127.0.0.1:{server.grpc_port}"), "SERVING.md", "exec"), namespace)
     texts = ["The cat sat on the mat .", "Hello"]

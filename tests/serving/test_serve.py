@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -37,7 +38,7 @@ import tensorflow as tf  # noqa: E402
 
 from elmo_tf import serving  # noqa: E402
 from elmo_tf.errors import ModelDirError, ServeError  # noqa: E402
-from tests.doc_code import exec_doc_code  # noqa: E402
+from tests.doc_code import doc_code, exec_doc_code, shell_commands  # noqa: E402
 from tests.shared_builds import copy_of, reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -342,10 +343,43 @@ def test_single_output_signatures_are_batched_and_cut_per_request(server, refere
 
 def test_readme_python_client(server, reference):
     """The README's standard-library client, run as written against this server: one `default` vector per sentence."""
-    namespace = exec_doc_code(REPO / "README.md", r"import json\nimport urllib.request\n", "vectors = ")
+    namespace = exec_doc_code("readme_rest_client", until="vectors = ")
     vectors = namespace["embed"](SENTENCES[:3], server=f"http://127.0.0.1:{server.rest_port}")
     want = direct(reference, "default", text=SENTENCES[:3])["default"]
     np.testing.assert_array_equal(np.asarray(vectors, np.float32), want)
+
+
+@pytest.mark.slow
+def test_serving_md_rest_calls(tmp_path):
+    """docs/SERVING.md's curl calls, each sent as written (its -d body, its URL on this server's port) to the built-in
+    server serving an export as version 1 of `elmo`, as the guide's export makes it: each is answered with 200 and
+    what its comment says."""
+    copy_of(reference_export("tiny"), tmp_path / "elmo" / "1")
+    srv = serving.ModelServer(serving.ServedModel(str(tmp_path / "elmo"), "elmo"), "127.0.0.1", 0, OPTIONS)
+    thread = srv.serve_in_background()
+    try:
+        commands = shell_commands(doc_code("serving_rest_calls"))
+        assert len(commands) == 8
+        for command in commands:
+            args = shlex.split(command, comments=True)
+            assert args[0] == "curl" and [a for a in args[1:] if a.startswith("-")] in ([], ["-d"]), command
+            body = json.loads(args[args.index("-d") + 1]) if "-d" in args else None
+            assert args[-1].startswith("http://localhost:8501/"), command
+            path = args[-1][len("http://localhost:8501"):]
+            status, answer, _ = request(srv.rest_port, "POST" if body is not None else "GET", path, body)
+            assert status == 200, (command, answer)
+            if body is None:
+                assert "metadata" in answer if path.endswith("/metadata") else (
+                    [v["version"] for v in answer["model_version_status"]] == ["1"]), (command, answer)
+            elif "instances" in body:  # the row format: one prediction per instance
+                assert len(answer["predictions"]) == len(body["instances"]), command
+                if body.get("signature_name") == "default_only":
+                    assert all(set(p) == {"default", "sequence_len"} for p in answer["predictions"]), answer
+            else:  # the columnar format: one tensor per output
+                assert {"elmo", "default", "sequence_len"} <= set(answer["outputs"]), command
+    finally:
+        srv.stop()
+        thread.join(timeout=CHILD_TIMEOUT)
 
 
 # ----------------------------------------------------------------------------------------------------
