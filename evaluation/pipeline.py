@@ -73,8 +73,8 @@ def usage_problem(settings) -> str | None:
             return f"--{name} has {sorted(extra)}, which are not in --{subset_of}={','.join(getattr(settings, subset_of))}."
     for lang in LANGS:
         folder = published_dir(settings, lang)
-        uses = [s for s in settings.stages if s in (f"module_{lang}",)]
-        if uses and f"lm_{lang}" not in settings.stages and not os.path.isfile(os.path.join(folder, "weights.hdf5")):
+        if (f"module_{lang}" in settings.stages and f"lm_{lang}" not in settings.stages
+                and not os.path.isfile(os.path.join(folder, "weights.hdf5"))):
             return (f"Stage module_{lang} exports the published biLM {folder}, which has no weights.hdf5; add lm_{lang} to "
                     "--stages to train it, or give --pretrained_dir.")
     return None

@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from elmo_tf.utils.files import atomic_write, atomic_write_json
+from elmo_tf.utils.files import GZIP_SUFFIX, atomic_write, atomic_write_json
 
 CARD_JSON, CARD_MD = "card.json", "MODEL_CARD.md"
 # Stored float16 when rounding it so changes the held-out perplexity by less than this fraction (the softmax is read
@@ -34,7 +34,7 @@ SOFTMAX_FLOAT16_TOLERANCE = 1e-3
 def plain_name(path: str) -> str:
     """A corpus file's name without its .gz suffix (the name of its tokenized, decompressed copy)."""
     name = os.path.basename(path)
-    return name[: -len(".gz")] if name.endswith(".gz") else name
+    return name[: -len(GZIP_SUFFIX)] if name.endswith(GZIP_SUFFIX) else name
 
 
 def sha256(path: str) -> str:

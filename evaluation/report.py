@@ -552,8 +552,6 @@ def write_report(pipeline, states: dict, started: float) -> dict:
         if "polysemy" in states else {},
         "timings": {k: round(v["seconds"], 1) for k, v in states.items() if isinstance(v, dict) and "seconds" in v},
         "wall_minutes": round((time.time() - started) / 60, 1),
-        "model_dirs": {task: {v: {size: row.get("model_dirs", {}) for size, row in by_size.items()}
-                              for v, by_size in rows.items()} for task, rows in summary.items()},
     }
     write_json(os.path.join(classifier_dir, "results.json"), results)
     shutil.copyfile(os.path.join(classifier_dir, "results.json"), os.path.join(res_dir, "results.json"))
