@@ -53,7 +53,7 @@ flags.DEFINE_integer("max_tokens", 1_000, "Lines with more tokens go to the dead
 FLAGS = flags.FLAGS
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
+def parse_flags(argv: list[str]) -> list[str]:
     """absl parses its flags (and checks their ranges); everything else is left for Beam's PipelineOptions."""
     return FLAGS(argv, known_only=True)
 
@@ -82,64 +82,23 @@ def settings_from_flags():
     )
 
 
-def check_run(settings, beam_args: list[str]) -> list[str]:
-    """Checks what can be checked before the job starts; returns the sorted input files.
+def checked_job(beam_args: list[str]):
+    """The settings from the flags and the input files, once the job passed its checks (else app.UsageError)."""
+    from elmo_tf.embedding.job_checks import check_job
+    from elmo_tf.errors import EmbedError
 
-    Raises:
-      app.UsageError: unknown options, no input file, a module folder that is not an export (or whose
-        layer count does not fit --mix_weights), a missing local output folder, or an output prefix that
-        holds a run with other settings.
-    """
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from elmo_tf.embedding.pipeline import input_files
-    from elmo_tf.embedding.records import check_prefix_settings
-    from elmo_tf.errors import ConfigError, EmbedError
-    from elmo_tf.model.config import BiLMConfig
-
-    options = PipelineOptions(beam_args)
-    unknown = set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options())
-    if unknown:
-        raise usage_error(
-            f"Unknown option(s) {sorted('--' + u for u in unknown)}: neither an embed_beam flag (see --help) nor a "
-            "Beam pipeline option."
-        )
+    settings = settings_from_flags()
     try:
-        files = input_files(settings.input_pattern)
+        return settings, check_job(settings, beam_args)
     except EmbedError as e:
         raise usage_error(str(e)) from None
-    if not files:
-        raise usage_error(f"--input_pattern={settings.input_pattern!r} matches no file.")
-    module = settings.module.rstrip("/")
-    if not FileSystems.exists(module + "/saved_model.pb"):
-        raise usage_error(f"--module={settings.module!r} is not an exported module (no saved_model.pb in it).")
-    try:
-        with FileSystems.open(module + "/assets/options.json") as f:
-            config = BiLMConfig.from_json_string(f.read().decode("utf-8"))
-    except (OSError, ConfigError, ValueError) as e:
-        raise usage_error(f"Cannot read the options of --module={settings.module!r} (assets/options.json): {e}")
-    if settings.mix_weights is not None and len(settings.mix_weights) != config.num_output_layers:
-        raise usage_error(
-            f"--mix_weights needs {config.num_output_layers} values (L + 1) for this module; "
-            f"got {len(settings.mix_weights)}."
-        )
-    if FileSystems.get_scheme(settings.output_prefix) in (None, "file"):
-        folder = os.path.dirname(os.path.abspath(settings.output_prefix))
-        if not os.path.isdir(folder):
-            raise usage_error(f"The folder of --output_prefix does not exist: {folder!r}.")
-    problem = check_prefix_settings(settings.output_prefix, settings.to_dict())
-    if problem:
-        raise usage_error(f"{problem}; choose another --output_prefix (or delete those files).")
-    return files
 
 
 def main(argv):
     if logging.get_verbosity() <= logging.INFO:  # Beam logs every worker start and stop at INFO
         py_logging.getLogger("apache_beam").setLevel(py_logging.WARNING)
-    settings = settings_from_flags()
     beam_args = argv[1:]
-    files = check_run(settings, beam_args)
+    settings, files = checked_job(beam_args)
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -157,10 +116,9 @@ def main(argv):
     print(json.dumps({"metrics": metrics}))
 
 
-
 def run() -> None:
     """Console-script entry point."""
-    run_command(main, exit_on_flag_error(_parse_flags))
+    run_command(main, exit_on_flag_error(parse_flags))
 
 
 if __name__ == "__main__":

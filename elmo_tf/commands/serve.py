@@ -16,6 +16,7 @@ from elmo_tf.errors import ConfigError, ModelDirError, MonitoringConfigError
 from elmo_tf.serving import FLOAT_FORMATS, ServerOptions, serve
 
 FLAGS = flags.FLAGS
+DEFAULT = ServerOptions()  # the limits' defaults are ServerOptions' (one place)
 
 # The models: one (--model_base_path or --model_dir, --model_name) or a TF Serving config file.
 flags.DEFINE_string("model_base_path", None, "A TF Serving base path with numbered version folders (the highest "
@@ -35,41 +36,46 @@ flags.DEFINE_integer("port", 8500, "TCP port of the gRPC API (tensorflow.serving
 flags.DEFINE_integer("rest_api_port", 0, "TCP port of the REST API (TF Serving uses 8501), as tensorflow_model_server's "
                      "--rest_api_port; 0 = no REST; -1 = any free port (printed at start).", lower_bound=-1,
                      upper_bound=65535)
-# Batching and limits.
-flags.DEFINE_integer("max_batch_size", 64, "Most sentences per model call; concurrent requests merge up to it.",
-                     lower_bound=1, upper_bound=INT32_MAX)
-flags.DEFINE_float("batch_timeout_ms", 5.0, "How long a batch waits for more requests after its first (0: none; at "
-                   "most a minute).")
+# Batching and limits: the flags of ServerOptions' fields, their defaults taken from it (decided in one place).
+OPTION_OF_FLAG = {**{name: name for name in ("max_batch_size", "batch_timeout_ms", "batch_by_length", "float_format",
+                                              "max_enqueued_batches", "max_request_bytes", "max_batch_tokens")},
+                  "enable_serialization_as_tensor_content": "tensor_content",
+                  "grpc_max_threads": "grpc_threads", "rest_api_timeout_in_ms": "timeout_ms",
+                  "rest_api_num_threads": "num_threads", "rest_api_max_connections": "max_connections",
+                  "rest_api_read_timeout_s": "read_timeout_s", "rest_api_idle_timeout_s": "idle_timeout_s"}
+DEFAULT = {flag: getattr(ServerOptions(), field) for flag, field in OPTION_OF_FLAG.items()}
+flags.DEFINE_integer("max_batch_size", DEFAULT["max_batch_size"], "Most sentences per model call; concurrent "
+                     "requests merge up to it.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_float("batch_timeout_ms", DEFAULT["batch_timeout_ms"], "How long a batch waits for more requests after "
+                   "its first (0: none; at most a minute).")
 check_float("batch_timeout_ms", 0, 60_000)
-flags.DEFINE_bool("batch_by_length", True, "Fill each model call with the queued sentences closest in length to the "
-                  "oldest one (always included), not in arrival order: less padding when many sentences wait "
-                  "(requests of the text signatures are queued sentence by sentence).")
-flags.DEFINE_integer("max_enqueued_batches", 32, "Queue bound in batches of max_batch_size sentences; then 503.",
-                     lower_bound=1, upper_bound=INT32_MAX)
-flags.DEFINE_integer("max_request_bytes", 8 << 20, "Largest request accepted: a REST body (larger: 413) or a gRPC "
-                     "message (larger: RESOURCE_EXHAUSTED).", lower_bound=1, upper_bound=INT32_MAX)
-flags.DEFINE_integer("max_batch_tokens", 8192, "Most token positions (sentences x tokens of the longest) per "
-                     "model call; larger requests get 413.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_bool("batch_by_length", DEFAULT["batch_by_length"], "Fill each model call with the queued sentences "
+                  "closest in length to the oldest one (always included), not in arrival order: less padding.")
+flags.DEFINE_integer("max_enqueued_batches", DEFAULT["max_enqueued_batches"], "Queue bound in batches of "
+                     "max_batch_size sentences; then 503.", lower_bound=1, upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_request_bytes", DEFAULT["max_request_bytes"], "Largest request accepted: a REST body "
+                     "(larger: 413) or a gRPC message (larger: RESOURCE_EXHAUSTED).", lower_bound=1,
+                     upper_bound=INT32_MAX)
+flags.DEFINE_integer("max_batch_tokens", DEFAULT["max_batch_tokens"], "Most token positions (sentences x tokens of "
+                     "the longest) per model call; larger requests get 413.", lower_bound=1, upper_bound=INT32_MAX)
 # Monitoring and responses.
 flags.DEFINE_string("monitoring_config_file", None, "TF Serving's monitoring config (text proto, e.g. "
                     "'prometheus_config { enable: true path: \"/monitoring/prometheus/metrics\" }'): serves "
                     "Prometheus metrics on the REST port.")
-flags.DEFINE_enum("float_format", "tf_serving", FLOAT_FORMATS, "The text of floats in predict responses: "
-                  "'tf_serving' writes each as TF Serving does (%g, else %.9g); 'shortest' writes the shortest text "
-                  "that reads back as the same value (orjson), 6-8x faster to write and ~10% smaller, the "
-                  "values clients read being the same.")
-flags.DEFINE_bool("enable_serialization_as_tensor_content", False, "gRPC predict outputs as bytes in "
-                  "TensorProto.tensor_content instead of the typed value fields (float_val, ...), as "
-                  "tensorflow_model_server's flag: ~20x cheaper to write and read; clients reading the values with "
-                  "tf.make_ndarray see no difference, clients reading e.g. .float_val directly do.")
-flags.DEFINE_integer("grpc_max_threads", 0, "gRPC calls handled at once; 0 = as --rest_api_num_threads.", lower_bound=0,
-                     upper_bound=65536)
+flags.DEFINE_enum("float_format", DEFAULT["float_format"], FLOAT_FORMATS, "The text of floats in predict responses: "
+                  "'tf_serving' as TF Serving (%g, else %.9g); 'shortest': the shortest text that reads back as the "
+                  "same value (orjson), 6-8x faster to write and ~10% smaller, the same values for clients.")
+flags.DEFINE_bool("enable_serialization_as_tensor_content", DEFAULT["enable_serialization_as_tensor_content"],
+                  "gRPC outputs as bytes in TensorProto.tensor_content, not float_val etc. (as TF Serving's flag): "
+                  "~20x cheaper; the same values for tf.make_ndarray, not for readers of .float_val.")
+flags.DEFINE_integer("grpc_max_threads", DEFAULT["grpc_max_threads"], "gRPC calls handled at once; 0 = as "
+                     "--rest_api_num_threads.", lower_bound=0, upper_bound=65536)
 # Deadlines and connections.
-flags.DEFINE_integer("rest_api_timeout_in_ms", 30000, "A predict request's deadline from when it is queued, as in "
-                     "TF Serving: 429 if it passes while queued, 504 during the model call; 0 = none.", lower_bound=0,
-                     upper_bound=INT32_MAX)
-flags.DEFINE_integer("rest_api_num_threads", 0, "REST requests handled at once, the others wait (and threads for "
-                     "the work done off the event loop: large predict bodies and outputs, metadata, status); "
+flags.DEFINE_integer("rest_api_timeout_in_ms", DEFAULT["rest_api_timeout_in_ms"], "A predict request's deadline "
+                     "from when it is queued, as in TF Serving: 429 if it passes while queued, 504 during the model "
+                     "call; 0 = none.", lower_bound=0, upper_bound=INT32_MAX)
+flags.DEFINE_integer("rest_api_num_threads", DEFAULT["rest_api_num_threads"], "REST requests handled at once, the "
+                     "others wait (and threads for work off the event loop: large bodies, metadata, status); "
                      "0 = max(4 x CPUs, 2 x max_batch_size).", lower_bound=0, upper_bound=65536)
 # TensorFlow's threads, as tensorflow_model_server's flags of the same names.
 flags.DEFINE_integer("tensorflow_intra_op_parallelism", 0, "Threads one TensorFlow op may use; 0 = TensorFlow's "
@@ -77,15 +83,14 @@ flags.DEFINE_integer("tensorflow_intra_op_parallelism", 0, "Threads one TensorFl
                      "few cores (docs/SERVING.md).", lower_bound=0, upper_bound=65536)
 flags.DEFINE_integer("tensorflow_inter_op_parallelism", 0, "Threads running independent TensorFlow ops at once; 0 = "
                      "TensorFlow's choice (the number of cores).", lower_bound=0, upper_bound=65536)
-flags.DEFINE_integer("rest_api_max_connections", 10000, "Most open connections; more are closed when accepted. The "
-                     "open-files limit is raised to fit it when the hard limit allows.", lower_bound=1,
-                     upper_bound=1_000_000)
-flags.DEFINE_float("rest_api_read_timeout_s", 30.0, "Seconds allowed for a request's headers, and then for its body "
-                   "(408); the connection is closed.")
+flags.DEFINE_integer("rest_api_max_connections", DEFAULT["rest_api_max_connections"], "Most open connections; more "
+                     "are closed when accepted. The open-files limit is raised to fit it when the hard limit allows.",
+                     lower_bound=1, upper_bound=1_000_000)
+flags.DEFINE_float("rest_api_read_timeout_s", DEFAULT["rest_api_read_timeout_s"], "Seconds allowed for a request's "
+                   "headers, and then for its body (408); the connection is closed.")
 check_float("rest_api_read_timeout_s", 0, 3600, low_open=True)
-flags.DEFINE_float("rest_api_idle_timeout_s", 60.0, "Seconds a connection may stay open without a request.")
+flags.DEFINE_float("rest_api_idle_timeout_s", DEFAULT["rest_api_idle_timeout_s"], "Seconds a connection may be idle.")
 check_float("rest_api_idle_timeout_s", 0, 86400, low_open=True)
-
 
 def _refuse(message: str) -> None:
     """A command line that cannot be served as written: the reason on one line (not the whole help), exit status 2."""
@@ -118,17 +123,12 @@ def main(argv: list[str]) -> None:
     if not FLAGS.model_name or "/" in FLAGS.model_name or ":" in FLAGS.model_name:
         raise app.UsageError(f"--model_name must be non-empty without '/' or ':'; got {FLAGS.model_name!r}.")
     grpc_port, rest_port = _ports()
-    same_names = ("max_batch_size", "batch_timeout_ms", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens",
-                  "float_format", "batch_by_length")  # flags named as the options; each range-checked when parsed
-    options = ServerOptions(
-        **{name: FLAGS[name].value for name in same_names}, timeout_ms=FLAGS.rest_api_timeout_in_ms,
-        num_threads=FLAGS.rest_api_num_threads, max_connections=FLAGS.rest_api_max_connections,
-        read_timeout_s=FLAGS.rest_api_read_timeout_s, idle_timeout_s=FLAGS.rest_api_idle_timeout_s,
-        tensor_content=FLAGS.enable_serialization_as_tensor_content, grpc_threads=FLAGS.grpc_max_threads)
+    options = ServerOptions(**{field: FLAGS[flag].value for flag, field in OPTION_OF_FLAG.items()})  # ranges: parsed
     try:
         serve(model_base_path=base_path or None, model_name=FLAGS.model_name, host=FLAGS.host, grpc_port=grpc_port,
               model_config_file=FLAGS.model_config_file or None, rest_port=rest_port, options=options,
-              monitoring_config_file=FLAGS.monitoring_config_file, poll_wait_seconds=FLAGS.file_system_poll_wait_seconds,
+              monitoring_config_file=FLAGS.monitoring_config_file,
+              poll_wait_seconds=FLAGS.file_system_poll_wait_seconds,
               intra_op_threads=FLAGS.tensorflow_intra_op_parallelism,
               inter_op_threads=FLAGS.tensorflow_inter_op_parallelism)
     except MonitoringConfigError as e:

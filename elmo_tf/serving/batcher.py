@@ -119,6 +119,25 @@ def _expired(task: "_Task") -> bool:
     return task.deadline is not None and time.monotonic() > task.deadline
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchLimits:
+    """What one model call and the queue may hold, and how batches are filled (`Batcher`'s arguments), checked."""
+
+    max_batch_size: int = 64
+    timeout_s: float = 0.005
+    max_queued_rows: int = 2048
+    max_batch_tokens: Optional[int] = None
+    group_by_length: bool = True
+
+    def __post_init__(self):
+        if (self.max_batch_size < 1 or self.max_queued_rows < 1 or self.timeout_s < 0
+                or (self.max_batch_tokens or 1) < 1):
+            raise ValueError(
+                f"Need max_batch_size >= 1, max_queued_rows >= 1, timeout_s >= 0, max_batch_tokens >= 1; received "
+                f"{self.max_batch_size}, {self.max_queued_rows}, {self.timeout_s}, {self.max_batch_tokens}."
+            )
+
+
 class Batcher:
     """Merges concurrent predict calls of one signature into one model call, like TF Serving's batching.
 
@@ -153,18 +172,9 @@ class Batcher:
         on_batch: Optional[Callable[[int], None]] = None,
         group_by_length: bool = True,
     ):
-        if max_batch_size < 1 or max_queued_rows < 1 or timeout_s < 0 or (max_batch_tokens or 1) < 1:
-            raise ValueError(
-                f"Need max_batch_size >= 1, max_queued_rows >= 1, timeout_s >= 0, max_batch_tokens >= 1; received "
-                f"{max_batch_size}, {max_queued_rows}, {timeout_s}, {max_batch_tokens}."
-            )
         self._run_model = run
         self._on_batch = on_batch
-        self.group_by_length = group_by_length
-        self.max_batch_size = max_batch_size
-        self.max_batch_tokens = max_batch_tokens
-        self.timeout_s = timeout_s
-        self.max_queued_rows = max_queued_rows
+        self.limits = BatchLimits(max_batch_size, timeout_s, max_queued_rows, max_batch_tokens, group_by_length)
         self._cond = threading.Condition()
         self._queue: collections.deque[_Task] = collections.deque()
         self._queued_rows = 0
@@ -214,34 +224,35 @@ class Batcher:
     ) -> Submitted:
         """Queues one request and returns at once; `result` or `result_async` gives its outputs. A request that
         cannot be queued raises ServeError now (413 too large, 503 queue full or shutting down)."""
-        row_tokens = signature.row_tokens(inputs) if self.max_batch_tokens or self._by_length(signature) else None
-        if (self.max_batch_tokens and row_tokens is not None and row_tokens.size
-                and row_tokens.size * int(row_tokens.max()) > self.max_batch_tokens):
+        limits = self.limits
+        row_tokens = signature.row_tokens(inputs) if limits.max_batch_tokens or self._by_length(signature) else None
+        if (limits.max_batch_tokens and row_tokens is not None and row_tokens.size
+                and row_tokens.size * int(row_tokens.max()) > limits.max_batch_tokens):
             raise ServeError(
                 413,
                 f"The request has {row_tokens.size} sentences of up to {int(row_tokens.max())} tokens, "
                 f"{row_tokens.size * int(row_tokens.max())} token positions once padded; at most "
-                f"{self.max_batch_tokens} are allowed (--max_batch_tokens). Send fewer or shorter sentences per request.",
+                f"{limits.max_batch_tokens} are allowed (--max_batch_tokens). Send fewer or shorter sentences per request.",
             )
         tasks = self._split(signature, inputs, row_tokens)
         if deadline_s is not None:
             for task in tasks:
                 task.deadline = task.enqueued + deadline_s
         rows = sum(task.rows for task in tasks)
-        if rows > self.max_queued_rows:
+        if rows > limits.max_queued_rows:
             raise ServeError(
                 413,
-                f"The request has {rows} rows; at most {self.max_queued_rows} fit in the queue. Send fewer per "
+                f"The request has {rows} rows; at most {limits.max_queued_rows} fit in the queue. Send fewer per "
                 "request.",
             )
         submitted = Submitted(_joined(tasks), tasks, deadline_s)
         with self._cond:
             if self._closed:
                 raise ServeError(503, "The server is shutting down.")
-            if self._queued_rows + rows > self.max_queued_rows:
+            if self._queued_rows + rows > limits.max_queued_rows:
                 raise ServeError(
                     503,
-                    f"The server is overloaded ({self._queued_rows} rows queued, at most {self.max_queued_rows}); "
+                    f"The server is overloaded ({self._queued_rows} rows queued, at most {limits.max_queued_rows}); "
                     "retry later.",
                     {"Retry-After": "1"},
                 )
@@ -329,25 +340,25 @@ class Batcher:
                       int(row_tokens[row]), _running_future(), now)
                 for row in range(rows)
             ]
-        if not signature.batchable or rows <= self.max_batch_size:
+        if not signature.batchable or rows <= self.limits.max_batch_size:
             return [_Task(signature, inputs, rows, columns, longest(0, rows), _running_future(), now)]
         return [
             _Task(
                 signature,
-                {key: value[start : start + self.max_batch_size] for key, value in inputs.items()},
-                min(self.max_batch_size, rows - start),
+                {key: value[start : start + self.limits.max_batch_size] for key, value in inputs.items()},
+                min(self.limits.max_batch_size, rows - start),
                 columns,
-                longest(start, start + self.max_batch_size),
+                longest(start, start + self.limits.max_batch_size),
                 _running_future(),
                 now,
             )
-            for start in range(0, rows, self.max_batch_size)
+            for start in range(0, rows, self.limits.max_batch_size)
         ]
 
     def _by_length(self, signature: Signature) -> bool:
         """Whether batches of `signature` are formed by length: a text input, whose rows differ in length (the rows
         of a `tokens` input all have its T)."""
-        return self.group_by_length and signature.batchable and signature.padded_input is None
+        return self.limits.group_by_length and signature.batchable and signature.padded_input is None
 
     def _candidates(self, first: _Task) -> list[_Task]:
         """The queue in the order tasks are offered to `first`'s batch: arrival order, or with `group_by_length`
@@ -371,14 +382,14 @@ class Batcher:
             batch, rows, tokens = [first], first.rows, first.tokens
             if not first.signature.batchable:
                 return batch
-            deadline = first.enqueued + self.timeout_s
+            deadline = first.enqueued + self.limits.timeout_s
             while True:
                 taken = set()
                 for task in self._candidates(first):
                     if _expired(task):
                         self._queued_rows -= task.rows
                         task.future.set_exception(_queue_timeout())
-                    elif task.signature is first.signature and rows + task.rows <= self.max_batch_size and (
+                    elif task.signature is first.signature and rows + task.rows <= self.limits.max_batch_size and (
                         self._fits(rows + task.rows, tokens, task.tokens)
                     ):
                         batch.append(task)
@@ -390,15 +401,15 @@ class Batcher:
                     taken.add(id(task))
                 self._queue = collections.deque(task for task in self._queue if id(task) not in taken)
                 remaining = deadline - time.monotonic()
-                if rows >= self.max_batch_size or remaining <= 0 or self._no_wait:
+                if rows >= self.limits.max_batch_size or remaining <= 0 or self._no_wait:
                     return batch
                 self._cond.wait(remaining)
 
     def _fits(self, rows: int, tokens: Optional[int], more_tokens: Optional[int]) -> bool:
         """Whether a merged call of `rows` rows, padded to the longer of two widths, stays within max_batch_tokens."""
-        if not self.max_batch_tokens or tokens is None or more_tokens is None:
+        if not self.limits.max_batch_tokens or tokens is None or more_tokens is None:
             return True
-        return rows * max(tokens, more_tokens) <= self.max_batch_tokens
+        return rows * max(tokens, more_tokens) <= self.limits.max_batch_tokens
 
     def _work(self) -> None:
         while True:

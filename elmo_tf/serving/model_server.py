@@ -1,6 +1,6 @@
 """The model server: TF Serving's two doors, REST (rest_server.py) and gRPC (grpc_server.py), on one registry.
 
-    server = ModelServer(registry, "127.0.0.1", rest_port=8501, grpc_port=8500)
+    server = ModelServer(registry, host="127.0.0.1", rest_port=8501, grpc_port=8500)
     server.serve_in_background()
     ...
     server.stop()
@@ -52,13 +52,13 @@ class ModelServer:
     def __init__(
         self,
         models: Union[ServedModel, ModelRegistry],
+        *,
         host: str = "127.0.0.1",
         rest_port: Optional[int] = None,
+        grpc_port: Optional[int] = None,
         options: ServerOptions = ServerOptions(),
         metrics: Optional[Metrics] = None,
         metrics_path: Optional[str] = None,
-        *,
-        grpc_port: Optional[int] = None,
     ):
         if rest_port is None and grpc_port is None:
             raise ValueError("Give `rest_port`, `grpc_port` or both: a server with no door serves nothing.")

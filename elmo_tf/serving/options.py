@@ -1,8 +1,7 @@
 """The server's limits and batching (`ServerOptions`): the values both doors and the batchers are built from, checked.
 
 Data and checks only: the classes these options configure read them (`RestServer`, `GrpcServer`,
-`Batcher.from_options`), so this module imports none of them (the deprecated `make_batcher`, kept for callers of the
-earlier API, imports `Batcher` when called). The REST-only limits (connections, read and idle
+`Batcher.from_options`), so this module imports none of them. The REST-only limits (connections, read and idle
 timeouts, the request deadline, the float text) are ignored by the gRPC door, which takes the client's deadline
 instead (grpc_api.py).
 """
@@ -11,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Optional
 
 FLOAT_FORMATS = ("tf_serving", "shortest")  # the float text of REST responses (json_codec.predict_response_body)
 
@@ -25,46 +23,43 @@ def check_float_format(float_format: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ServerOptions:
-    """Limits of the server.
-
-    Attributes:
-      max_batch_size: most sentences per model call (concurrent requests are merged up to it).
-      batch_timeout_ms: how long a batch waits for more requests after its first one (0 = never waits).
-      max_enqueued_batches: queue bound, in batches of `max_batch_size` sentences; beyond it requests get 503.
-      max_request_bytes: largest accepted request body (as sent, before gunzip); larger ones get 413.
-      max_batch_tokens: most token positions (sentences x tokens of the longest) per model call; a request
-        over it gets 413. It bounds the time and memory of one call, which a single long sentence would
-        otherwise make as large as the body allows.
-      timeout_ms: a predict request's deadline from when it is queued (TF Serving's --rest_api_timeout_in_ms):
-        429 if it passes in the queue, 504 during the model call; 0 = none.
-      num_threads: REST requests handled at once, the others wait (small predict requests wait for their batch
-        on the event loop, the others on this many threads); 0 = max(4 x CPUs, 2 x max_batch_size), so that a
-        full batch can form while another one runs.
-      max_connections: most open connections; more are closed as soon as they are accepted.
-      read_timeout_s: time allowed for a request's headers, and then for its body.
-      idle_timeout_s: time a connection may stay open without a request.
-      float_format: the text of floats in predict responses, "tf_serving" or "shortest" (`RestApi`).
-      batch_by_length: fill batches with queued sentences of similar length (`Batcher`'s group_by_length)
-        instead of in arrival order.
-      grpc_threads: gRPC calls handled at once (TF Serving's --grpc_max_threads); 0 = as `num_threads`.
-      tensor_content: gRPC predict outputs as bytes in `tensor_content` (TF Serving's
-        --enable_serialization_as_tensor_content) rather than in the typed value fields.
-    """
+    """Limits of the server; each field's meaning is written under it."""
 
     max_batch_size: int = 64
+    """Most sentences per model call (concurrent requests are merged up to it)."""
     batch_timeout_ms: float = 5.0
+    """How long a batch waits for more requests after its first one (0 = never waits)."""
     max_enqueued_batches: int = 32
+    """Queue bound, in batches of `max_batch_size` sentences; beyond it requests get 503."""
     max_request_bytes: int = 8 << 20
+    """Largest accepted request body (as sent, before gunzip); larger ones get 413."""
     max_batch_tokens: int = 8192
+    """Most token positions (sentences x tokens of the longest) per model call; a request over it gets 413. It
+    bounds the time and memory of one call, which a single long sentence would otherwise make as large as the body
+    allows."""
     timeout_ms: int = 30000
+    """A predict request's deadline from when it is queued (TF Serving's --rest_api_timeout_in_ms): 429 if it passes
+    in the queue, 504 during the model call; 0 = none."""
     num_threads: int = 0
+    """REST requests handled at once, the others wait (small predict requests wait for their batch on the event
+    loop, the others on this many threads); 0 = max(4 x CPUs, 2 x max_batch_size), so that a full batch can form
+    while another one runs."""
     max_connections: int = 10000
+    """Most open connections; more are closed as soon as they are accepted."""
     read_timeout_s: float = 30.0
+    """Time allowed for a request's headers, and then for its body."""
     idle_timeout_s: float = 60.0
+    """Time a connection may stay open without a request."""
     float_format: str = "tf_serving"
+    """The text of floats in predict responses, "tf_serving" or "shortest" (`RestApi`)."""
     batch_by_length: bool = True
+    """Fill batches with queued sentences of similar length (`Batcher`'s group_by_length) instead of in arrival
+    order."""
     tensor_content: bool = False
+    """gRPC predict outputs as bytes in `tensor_content` (TF Serving's --enable_serialization_as_tensor_content)
+    rather than in the typed value fields."""
     grpc_threads: int = 0
+    """gRPC calls handled at once (TF Serving's --grpc_max_threads); 0 = as `num_threads`."""
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_enqueued_batches", "max_request_bytes", "max_batch_tokens",
@@ -95,9 +90,3 @@ class ServerOptions:
     def grpc_call_threads(self) -> int:
         """`grpc_threads`, with 0 resolved."""
         return self.grpc_threads or self.threads
-
-    def make_batcher(self, model, on_batch: Optional[Callable[[int], None]] = None):
-        """Deprecated: `Batcher.from_options(model.run, options, on_batch)`; kept for callers of the earlier API."""
-        from elmo_tf.serving.batcher import Batcher  # imported here: this module imports no class it configures
-
-        return Batcher.from_options(model.run, self, on_batch)

@@ -1,4 +1,4 @@
-"""Bulk embedding on Apache Beam (elmo_tf/commands/embed_beam.py, embed_pipeline.py, embed_records.py, records_to_hdf5.py).
+"""Bulk embedding on Apache Beam (commands/embed_beam.py, embedding/job_checks.py, pipeline.py, records.py).
 
 Beam is a test dependency (requirements-test.txt includes requirements-beam.txt), so nothing here is skipped.
 One export of the tiny fixture and one corpus serve the module. The command runs twice, as subprocesses with
@@ -351,10 +351,9 @@ def flag_error(*argv: str, **files) -> str:
     """The UsageError message of embed_beam for these arguments (flags parsed in process, then reset)."""
     flags.FLAGS.unparse_flags()
     try:
-        rest = embed_beam._parse_flags(["embed_beam", *argv])
+        rest = embed_beam.parse_flags(["embed_beam", *argv])
         with pytest.raises(app.UsageError) as e:
-            settings = embed_beam.settings_from_flags()
-            embed_beam.check_run(settings, rest[1:])
+            embed_beam.checked_job(rest[1:])
         assert e.value.exitcode == 2
         return str(e.value)
     finally:

@@ -33,7 +33,7 @@ def module(tiny_module):
 @pytest.fixture(scope="module")
 def server(tiny_module):
     options = serving.ServerOptions(max_batch_size=8, batch_timeout_ms=1, max_batch_tokens=MAX_BATCH_TOKENS)
-    srv = serving.ModelServer(serving.ServedModel(tiny_module), "127.0.0.1", 0, options)
+    srv = serving.ModelServer(serving.ServedModel(tiny_module), rest_port=0, options=options)
     thread = srv.serve_in_background()
     yield srv
     srv.stop()

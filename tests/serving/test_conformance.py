@@ -271,7 +271,8 @@ def custom_server(model: serving.ServedModel, options: serving.ServerOptions, wr
             max_queued_rows=options.max_batch_size * options.max_enqueued_batches,
         )
 
-    srv = serving.ModelServer(serving.ModelRegistry([model], make_batcher), "127.0.0.1", 0, options, metrics, grpc_port=0)
+    srv = serving.ModelServer(serving.ModelRegistry([model], make_batcher), rest_port=0, grpc_port=0, options=options,
+                              metrics=metrics)
     thread = srv.serve_in_background()
     try:
         yield srv
@@ -474,7 +475,7 @@ def test_metrics_page_counts_requests_latency_and_batches(model):
     from elmo_tf.serving import metrics as M
 
     metrics = serving.Metrics()
-    srv = serving.ModelServer(model, "127.0.0.1", 0, serving.ServerOptions(), metrics, M.DEFAULT_PATH)
+    srv = serving.ModelServer(model, rest_port=0, metrics=metrics, metrics_path=M.DEFAULT_PATH)
     thread = srv.serve_in_background()
     try:
         assert_ok(send(srv.rest_port, "POST", PREDICT, ONE))

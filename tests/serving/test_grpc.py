@@ -59,7 +59,7 @@ CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
 
 @pytest.fixture(scope="module")
 def server(base_path):
-    srv = serving.ModelServer(serving.ServedModel(str(base_path), "elmo"), "127.0.0.1", None, OPTIONS, grpc_port=0)
+    srv = serving.ModelServer(serving.ServedModel(str(base_path), "elmo"), grpc_port=0, options=OPTIONS)
     thread = srv.serve_in_background()
     yield srv
     srv.stop()
@@ -426,9 +426,9 @@ def test_new_version_is_picked_up_over_grpc(tmp_path):
     base = tmp_path / "elmo"
     base.mkdir()
     shutil.copytree(reference_export("tiny"), base / "1")
-    registry = serving.ModelRegistry([], lambda m: serving.ServerOptions().make_batcher(m),
+    registry = serving.ModelRegistry([], lambda m: serving.Batcher.from_options(m.run, serving.ServerOptions()),
                                      configs=[serving.single_model_config("elmo", str(base))], poll_wait_seconds=0.2)
-    srv = serving.ModelServer(registry, "127.0.0.1", 0, serving.ServerOptions(), grpc_port=0)
+    srv = serving.ModelServer(registry, rest_port=0, grpc_port=0)
     thread = srv.serve_in_background()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}") as channel:
@@ -514,7 +514,7 @@ def test_a_port_in_use_is_an_oserror(model):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         with pytest.raises(OSError, match="cannot listen on 127.0.0.1:"):
-            serving.ModelServer(model, "127.0.0.1", None, OPTIONS, grpc_port=taken.getsockname()[1])
+            serving.ModelServer(model, grpc_port=taken.getsockname()[1], options=OPTIONS)
 
 
 def run_serve(*flags: str) -> subprocess.CompletedProcess:

@@ -72,7 +72,7 @@ def reference(base_path):
 @pytest.fixture(scope="module")
 def server(base_path):
     model = serving.ServedModel(str(base_path), "elmo")
-    srv = serving.ModelServer(model, "127.0.0.1", 0, OPTIONS)
+    srv = serving.ModelServer(model, rest_port=0, options=OPTIONS)
     thread = srv.serve_in_background()
     yield srv
     srv.stop()
@@ -206,7 +206,7 @@ def test_text_columnar_format(server, reference):
 def test_shortest_float_format_gives_the_same_float32_values(base_path, reference):
     """--float_format=shortest: the same float32 values as the model's, written as orjson's shortest text."""
     options = dataclasses.replace(OPTIONS, float_format="shortest")
-    srv = serving.ModelServer(serving.ServedModel(str(base_path), "elmo"), "127.0.0.1", 0, options)
+    srv = serving.ModelServer(serving.ServedModel(str(base_path), "elmo"), rest_port=0, options=options)
     thread = srv.serve_in_background()
     try:
         texts = SENTENCES[:2]
@@ -355,7 +355,7 @@ def test_serving_md_rest_calls(tmp_path):
     server serving an export as version 1 of `elmo`, as the guide's export makes it: each is answered with 200 and
     what its comment says."""
     copy_of(reference_export("tiny"), tmp_path / "elmo" / "1")
-    srv = serving.ModelServer(serving.ServedModel(str(tmp_path / "elmo"), "elmo"), "127.0.0.1", 0, OPTIONS)
+    srv = serving.ModelServer(serving.ServedModel(str(tmp_path / "elmo"), "elmo"), rest_port=0, options=OPTIONS)
     thread = srv.serve_in_background()
     try:
         commands = shell_commands(doc_code("serving_rest_calls"))

@@ -67,7 +67,7 @@ def new_base(tmp_path: Path, export: Path, versions=(1,), name: str = "elmo") ->
 def watch(*configs: serving.ModelConfig, poll: float = POLL_S, warm_up: bool = False) -> serving.ModelRegistry:
     """A registry of `configs`; without the warm-up (every signature run once, ~10 s per version on 2 cores) unless
     asked: these tests are about which versions load and when (the warm-up has its own test below)."""
-    return serving.ModelRegistry([], OPTIONS.make_batcher, configs=configs, poll_wait_seconds=poll, warm_up=warm_up)
+    return serving.ModelRegistry([], lambda m: serving.Batcher.from_options(m.run, OPTIONS), configs=configs, poll_wait_seconds=poll, warm_up=warm_up)
 
 
 def states(registry: serving.ModelRegistry, name: str = "elmo") -> list[tuple[int, str, str]]:
@@ -361,7 +361,7 @@ def test_http_status_metadata_and_predict_follow_new_versions_and_labels(export,
         config {{ name: "elmo" base_path: "{base}" version_labels {{ key: "stable" value: 1 }} }}
         config {{ name: "other" base_path: "{export}" }} }}""")
     registry = watch(*serving.read_model_config_file(config))
-    server = serving.ModelServer(registry, "127.0.0.1", 0, OPTIONS)
+    server = serving.ModelServer(registry, rest_port=0, options=OPTIONS)
     thread = server.serve_in_background()
     try:
         add_version(base, 2, export)
