@@ -62,6 +62,7 @@ flags.DEFINE_bool("scale_loss_by_unroll_steps", True, "The original's gradient s
 flags.DEFINE_float("state_reset_prob", None, "Probability of zeroing each row's carried state per window and direction "
                    "(default: TrainConfig's; 0: the original's recipe).", lower_bound=0, upper_bound=1)
 flags.DEFINE_integer("seed", 0, "Seed of the initial weights, the data order, negatives and dropout.")
+flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16"], "TrainConfig.precision (bfloat16: mixed precision).")
 flags.DEFINE_string("save_dir", os.path.join(ROOT, "runs", "train_quality"), "Training directory (resumable).")
 flags.DEFINE_string("name", "train_quality", "Name of the result files in benchmarks/results/.")
 FLAGS = flags.FLAGS
@@ -88,7 +89,8 @@ def main(argv):
     overrides = {} if FLAGS.state_reset_prob is None else {"state_reset_prob": FLAGS.state_reset_prob}
     tc = training.recipe_config(config, scale_loss_by_unroll_steps=FLAGS.scale_loss_by_unroll_steps, seed=FLAGS.seed,
                                 max_steps=FLAGS.steps, checkpoint_every=FLAGS.checkpoint_every,
-                                keep_checkpoints=FLAGS.keep_checkpoints, health_lines=0, **overrides)
+                                keep_checkpoints=FLAGS.keep_checkpoints, health_lines=0, precision=FLAGS.precision,
+                                **overrides)
     trainer = training.Trainer(config, vocab, tc, FLAGS.save_dir, training.make_strategy())
 
     log_path = os.path.join(FLAGS.save_dir, "steps.jsonl")

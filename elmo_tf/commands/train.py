@@ -79,20 +79,20 @@ flags.DEFINE_bool("allow_unhealthy", False, "Export the final checkpoint even if
 flags.DEFINE_integer("eval_every", 0, "Steps between held-out evaluations (0: at the end only).", lower_bound=0,
                      upper_bound=INT32_MAX)
 flags.DEFINE_integer("seed", 0, "Seed of the data order, negatives and dropout.", lower_bound=0, upper_bound=SEED_MAX)
-# Devices.
+# Devices and precision.
 flags.DEFINE_integer("num_gpus", None, "Use the first N visible GPUs (default: all). Multi-machine: set TF_CONFIG.",
                      lower_bound=0)
+flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16"], "bfloat16: mixed precision (docs/TRAINING.md).")
 # What to do.
 flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (then export), or eval: held-out perplexity of --save_dir (a "
-                  "training directory, or a folder of weight files with the softmax such as pretrained/english_small), "
-                  "with the state carried from sentence to sentence and from a zero state per sentence.")
+                  "run, or weight files with the softmax as pretrained/english_small), state carried and zero state.")
 flags.DEFINE_string("export_dir", "hub_module", "Export the trained model here ('' to skip).")
 FLAGS = flags.FLAGS
 # The flags `training.train_and_export` takes by their names (and --train_prefix, --save_dir, --heldout_prefix).
 LIBRARY_FLAGS = ("preset", "options_file", "init_checkpoint", "vocab_file", "vocab_size", "min_count", "max_steps",
                  "n_epochs", "num_gpus", "allow_unhealthy", "batch_size", "unroll_steps", "n_negative_samples",
                  "learning_rate", "dropout", "scale_loss_by_unroll_steps", "seed", "checkpoint_every", "eval_every",
-                 "keep_checkpoints", "state_reset_prob", "health_every", "health_lines", "health_max_ratio")
+                 "keep_checkpoints", "state_reset_prob", "health_every", "health_lines", "health_max_ratio", "precision")
 
 
 def _check_flags() -> None:

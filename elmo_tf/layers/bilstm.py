@@ -78,6 +78,14 @@ class BiLSTM(keras.layers.Layer):
         self.output_dim = 2 * (cell_projection or units)
         # The mask is an explicit call argument; outputs carry no Keras mask (they are zero where masked).
         self.supports_masking = True
+        self._convert_input_args = False  # `call` casts: the carried float32 cell states stay float32 (ProjectedLSTM)
+
+    def __call__(self, inputs, *args, **kwargs):
+        # With Keras's own casting of the arguments off (`_convert_input_args`), arrays become tensors here, so that
+        # the layer builds from their shape as usual.
+        if not (tf.is_tensor(inputs) or isinstance(inputs, keras.KerasTensor)):
+            inputs = tf.convert_to_tensor(inputs)
+        return super().__call__(inputs, *args, **kwargs)
 
     @property
     def stacks(self) -> dict[str, list[ProjectedLSTM]]:
@@ -104,7 +112,7 @@ class BiLSTM(keras.layers.Layer):
         backward_inputs=None,
         dropout_seed=None,
     ):
-        x = tf.convert_to_tensor(inputs)  # [B, S, P]
+        x = tf.cast(inputs, self.compute_dtype)  # [B, S, P]
         if mask is None:
             mask = tf.ones(tf.shape(x)[:2], tf.bool)
         mask = tf.cast(mask, tf.bool)
@@ -114,7 +122,7 @@ class BiLSTM(keras.layers.Layer):
         if order is not None:
             x, mask, lengths = (permute_rows(t, order) for t in (x, mask, lengths))
             if backward_inputs is not None:
-                backward_inputs = permute_rows(tf.convert_to_tensor(backward_inputs), order)
+                backward_inputs = permute_rows(tf.cast(backward_inputs, self.compute_dtype), order)
             if initial_state is not None:
                 initial_state = tf.nest.map_structure(lambda t: permute_rows(t, order), initial_state)
         outputs = {}
@@ -127,7 +135,7 @@ class BiLSTM(keras.layers.Layer):
             if not backward:
                 h = x
             elif backward_inputs is not None:
-                h = tf.convert_to_tensor(backward_inputs)
+                h = tf.cast(backward_inputs, self.compute_dtype)
             else:
                 h = tf.reverse_sequence(x, lengths, seq_axis=1, batch_axis=0)  # [B, S, P]
             layer_outputs, states = [], []

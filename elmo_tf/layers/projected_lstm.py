@@ -85,6 +85,16 @@ class ProjectedLSTM(keras.layers.Layer):
         self.max_unroll = max_unroll
         # The mask is an explicit call argument; outputs carry no Keras mask (they are zero where masked).
         self.supports_masking = True
+        # `call` casts its inputs itself: Keras would also cast the float32 cell state of `initial_state` to a
+        # reduced compute dtype (see `__call__`).
+        self._convert_input_args = False
+
+    def __call__(self, inputs, *args, **kwargs):
+        # With Keras's own casting of the arguments off (`_convert_input_args`), arrays become tensors here, so that
+        # the layer builds from their shape as usual.
+        if not (tf.is_tensor(inputs) or isinstance(inputs, keras.KerasTensor)):
+            inputs = tf.convert_to_tensor(inputs)
+        return super().__call__(inputs, *args, **kwargs)
 
     def build(self, input_shape):
         self.input_dim = int(input_shape[-1])
@@ -109,11 +119,14 @@ class ProjectedLSTM(keras.layers.Layer):
         )
 
     def call(self, inputs, mask=None, initial_state=None, sorted_lengths=None):
-        x = tf.convert_to_tensor(inputs)  # [B, S, D]
+        x = tf.cast(inputs, self.compute_dtype)  # [B, S, D]
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
         if mask is None:
             mask = tf.ones([batch, steps], tf.bool)
-        c, m = self.zero_state(batch) if initial_state is None else initial_state  # [B, H], [B, h]
+        if initial_state is None:
+            c, m = self.zero_state(batch)  # [B, H], [B, h]
+        else:  # the cell float32, the output in the compute dtype (identities in float32)
+            c, m = tf.cast(initial_state[0], CELL_DTYPE), tf.cast(initial_state[1], self.compute_dtype)
         weights = [tf.convert_to_tensor(self.kernel), tf.convert_to_tensor(self.bias)]  # [D + h, 4H], [4H]
         if self.projection is not None:
             weights.append(tf.convert_to_tensor(self.projection))  # [H, P]
@@ -277,10 +290,15 @@ class ProjectedLSTM(keras.layers.Layer):
             outputs = tf.stack(outputs, axis=1)  # [B, S, h]
 
             def grad(d_outputs, d_c, d_m):
+                # Under a mixed policy (bfloat16 products, float32 master weights) the elementwise gate and cell
+                # gradients run in float32, as the forward gates do, and only the products in the compute dtype;
+                # in float32 every cast below is the identity.
+                dt = x.dtype
                 projection_t = None if projection is None else tf.transpose(projection)  # [P, H]
                 d_c = tf.zeros_like(c) if d_c is None else d_c
-                d_m = tf.zeros_like(m) if d_m is None else d_m
-                d_outputs = tf.zeros_like(outputs) if d_outputs is None else d_outputs
+                d_m = tf.zeros(tf.shape(m), CELL_DTYPE) if d_m is None else tf.cast(d_m, CELL_DTYPE)
+                d_outputs = (tf.zeros(tf.shape(outputs), CELL_DTYPE) if d_outputs is None
+                             else tf.cast(d_outputs, CELL_DTYPE))
                 d_outs = tf.unstack(d_outputs, steps, axis=1)
                 d_z, d_m_pre = [None] * steps, [None] * steps
                 for t in reversed(range(steps)):
@@ -289,7 +307,8 @@ class ProjectedLSTM(keras.layers.Layer):
                     d_m_new, d_c_new = keep * (d_outs[t] + d_m), keep * d_c  # gradient into m_t, c_t
                     d_m_pass, d_c_pass = (1.0 - keep) * d_m, (1.0 - keep) * d_c
                     d_m_pre[t] = _pass_clip(d_m_new, m_pre, proj_clip)
-                    d_u = d_m_pre[t] if projection is None else tf.matmul(d_m_pre[t], projection_t)  # [B, H]
+                    d_u = d_m_pre[t] if projection is None else tf.cast(
+                        tf.matmul(tf.cast(d_m_pre[t], dt), projection_t), CELL_DTYPE)  # [B, H]
                     i, j, f, o = tf.split(z, 4, axis=-1)
                     s_i, t_j, s_f, s_o = tf.sigmoid(i), tf.tanh(j), tf.sigmoid(f + 1.0), tf.sigmoid(o)
                     t_c = tf.tanh(self._clip(c_pre, cell_clip))
@@ -303,13 +322,14 @@ class ProjectedLSTM(keras.layers.Layer):
                         ],
                         axis=-1,
                     )  # [B, 4H]
-                    d_m = tf.matmul(d_z[t], w_recurrent_t) + d_m_pass  # [B, h]
+                    d_m = tf.cast(tf.matmul(tf.cast(d_z[t], dt), w_recurrent_t), CELL_DTYPE) + d_m_pass  # [B, h]
                     d_c = d_c_pre * s_f + d_c_pass  # [B, H]
 
                 def flat(tensors):  # S x [B, k] -> [S * B, k]
                     return tf.concat(tensors, axis=0)
 
-                d_z_all = flat(d_z)  # [S * B, 4H]
+                d_z_cell = flat(d_z)  # [S * B, 4H], float32
+                d_z_all = tf.cast(d_z_cell, dt)
                 x_all = tf.reshape(tf.transpose(x, [1, 0, 2]), [-1, d])  # [S * B, D], the order of d_z_all
                 d_kernel = tf.concat(
                     [
@@ -319,9 +339,11 @@ class ProjectedLSTM(keras.layers.Layer):
                     axis=0,
                 )
                 d_x = tf.stack(tf.split(tf.matmul(d_z_all, tf.transpose(w_input)), steps, axis=0), axis=1)  # [B, S, D]
-                grads = [d_x, d_c, d_m, d_kernel, tf.reduce_sum(d_z_all, axis=0)]
+                d_bias = tf.cast(tf.reduce_sum(d_z_cell, axis=0), bias.dtype)
+                grads = [d_x, d_c, tf.cast(d_m, m0.dtype), d_kernel, d_bias]
                 if projection is not None:
-                    grads.append(tf.matmul(flat([s[4] for s in saved]), flat(d_m_pre), transpose_a=True))  # [H, P]
+                    grads.append(tf.matmul(tf.cast(flat([s[4] for s in saved]), dt), tf.cast(flat(d_m_pre), dt),
+                                           transpose_a=True))  # [H, P]
                 return grads
 
             return (outputs, c, m), grad

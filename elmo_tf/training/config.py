@@ -9,6 +9,10 @@ from elmo_tf.model.config import BiLMConfig
 from elmo_tf.text.vocab import Vocabulary
 
 
+# Training precisions -> the biLM's Keras dtype policy (variables float32 in both).
+TRAIN_PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Optimisation settings (defaults: the original recipe).
@@ -44,6 +48,10 @@ class TrainConfig:
         (`elmo_tf/training/health.py`). 0: no check.
       health_max_ratio: a checkpoint is healthy when, per direction, the zero-state figure is at most this
         many times the carried-state one, and the directions' zero-state figures are within this factor.
+      precision: "float32", or "bfloat16": mixed precision (TRAIN_PRECISIONS) — the biLM's products in bfloat16
+        from float32 master weights; the LSTM cell and gates, the softmax, its loss, the gradients' clipping,
+        the optimizer, the carried states and the checkpoints stay float32. Held-out perplexity and the health
+        checks are measured in float32, as the exported module computes by default.
     """
 
     batch_size: int = 128
@@ -65,6 +73,7 @@ class TrainConfig:
     health_every: int = 1000
     health_lines: int = 256
     health_max_ratio: float = 2.0
+    precision: str = "float32"
 
     def __post_init__(self):
         positive = ("batch_size", "unroll_steps", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every",
@@ -100,6 +109,8 @@ class TrainConfig:
             raise ValueError(f"`health_max_ratio` must be a number >= 1; received {self.health_max_ratio!r}.")
         if self.eval_every < 0:
             raise ValueError(f"`eval_every` must be >= 0; received {self.eval_every!r}.")
+        if self.precision not in TRAIN_PRECISIONS:
+            raise ValueError(f"`precision` must be one of {list(TRAIN_PRECISIONS)}; received {self.precision!r}.")
 
 
 def recipe_config(bilm_config: BiLMConfig, **overrides: Any) -> TrainConfig:

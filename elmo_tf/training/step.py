@@ -23,7 +23,7 @@ from elmo_tf.layers.bilstm import DIRECTIONS
 from elmo_tf.layers.softmax import LMSoftmax, sample_log_uniform_unique
 from elmo_tf.model.bilm import BiLM
 from elmo_tf.model.config import BiLMConfig
-from elmo_tf.training.config import TrainConfig
+from elmo_tf.training.config import TRAIN_PRECISIONS, TrainConfig
 
 
 class TrainStep:
@@ -56,7 +56,8 @@ class TrainStep:
         self.use_sampled = train_config.n_negative_samples < vocab_size
         keras.utils.set_random_seed(train_config.seed)  # the initial weights follow the run's seed
         with strategy.scope():
-            self.model = BiLM(bilm_config, dropout=train_config.dropout, name="bilm")
+            self.model = BiLM(bilm_config, dropout=train_config.dropout, name="bilm",
+                              dtype=TRAIN_PRECISIONS[train_config.precision])
             self.model.build()
             self.softmax = LMSoftmax(vocab_size, bilm_config.lstm.output_dim, name="softmax")
             self.softmax.build()
@@ -69,11 +70,13 @@ class TrainStep:
             )
             self.optimizer.build(self.variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        # Carried LSTM states of every batch row: plain variables holding the global batch (each replica
-        # reads and writes its own rows); explicit, checkpointed, never used by inference.
+        # Carried LSTM states of every batch row: plain float32 variables holding the global batch (each replica
+        # reads and writes its own rows); explicit, checkpointed, never used by inference. A step reads them in
+        # the model's state dtypes (the projected outputs are bfloat16 in mixed precision).
         self.state_structure = self.model.bilstm.zero_state(self.global_batch)
+        self._state_dtypes = [t.dtype for t in tf.nest.flatten(self.state_structure)]
         self.states = [
-            tf.Variable(t, trainable=False, name=f"carried_state_{i}")
+            tf.Variable(tf.cast(t, tf.float32), trainable=False, name=f"carried_state_{i}")
             for i, t in enumerate(tf.nest.flatten(self.state_structure))
         ]
         # The direction (index in DIRECTIONS) of each flattened state tensor, for the state resets.
@@ -142,7 +145,7 @@ class TrainStep:
             norm = tf.linalg.global_norm(total)
             scale = tf.minimum(1.0, self.train_config.clip_norm / tf.maximum(norm, 1e-12))
             self.optimizer.apply([g * scale for g in grads], self.variables)
-            return loss_f, loss_b, norm, tf.nest.flatten(final)
+            return loss_f, loss_b, norm, [tf.cast(t, tf.float32) for t in tf.nest.flatten(final)]
 
         loss_f, loss_b, norm, final = self.strategy.run(replica_fn, args=(batch, states, negatives))
         for variable, value in zip(self.states, final):
@@ -161,14 +164,15 @@ class TrainStep:
         rows = self.train_config.batch_size
         start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * rows
         local = {k: v[start : start + rows] for k, v in batch.items()}
-        initial = tf.nest.pack_sequence_as(self.state_structure, [s[start : start + rows] for s in states])
+        initial = tf.nest.pack_sequence_as(
+            self.state_structure, [tf.cast(s[start : start + rows], dt) for s, dt in zip(states, self._state_dtypes)])
         seed = tf.random.experimental.stateless_fold_in(dropout_seed, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
         forward, backward, final = self.model.lm_outputs(
             local["char_ids_forward"], local["char_ids_backward"], initial_state=initial, training=True, dropout_seed=seed
         )
         losses = []
         for d, (outputs, targets) in enumerate(((forward, local["targets_forward"]), (backward, local["targets_backward"]))):
-            h = tf.reshape(outputs, [-1, outputs.shape[-1]])  # [b * U, h]
+            h = tf.cast(tf.reshape(outputs, [-1, outputs.shape[-1]]), tf.float32)  # [b * U, h]; the softmax is float32
             if self.train_config.dropout > 0:
                 h = tf.nn.experimental.stateless_dropout(
                     h, rate=self.train_config.dropout, seed=tf.random.experimental.stateless_fold_in(seed, 1000 + d)

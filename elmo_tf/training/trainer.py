@@ -77,6 +77,7 @@ class Trainer:
         self.model, self.softmax, self.variables = parts.model, parts.softmax, parts.variables
         self.optimizer, self.step, self.states = parts.optimizer, parts.step, parts.states
         self.global_batch, self.use_sampled = parts.global_batch, parts.use_sampled
+        self._eval_copy: Optional[BiLM] = None  # mixed precision: the float32 model evaluations run (made once)
 
     # -- training ---------------------------------------------------------------------------------
     def train(
@@ -135,10 +136,21 @@ class Trainer:
         model.set_weights(self.model.get_weights())
         return model
 
+    def _float32_model(self) -> BiLM:
+        """The model held-out perplexity and the health checks run: the training model itself in float32; in mixed
+        precision a float32 copy holding its current weights (the exported module computes in float32)."""
+        if self.train_config.precision == "float32":
+            return self.model
+        if self._eval_copy is None:
+            self._eval_copy = BiLM(self.bilm_config, name="bilm")
+            self._eval_copy.build()
+        self._eval_copy.set_weights(self.model.get_weights())
+        return self._eval_copy
+
     @tf.function
-    def _eval_step(self, batch, states):
+    def _eval_step(self, model, batch, states):
         initial = tf.nest.pack_sequence_as(self._train_step.state_structure, states)
-        forward, backward, final = self.model.lm_outputs(
+        forward, backward, final = model.lm_outputs(
             batch["char_ids_forward"], batch["char_ids_backward"], initial_state=initial, training=False
         )
         sums = []
@@ -182,13 +194,14 @@ class Trainer:
             unroll_steps=self.train_config.unroll_steps,
             max_chars=self.bilm_config.char_cnn.max_characters_per_token,
         )
-        zero = tf.nest.flatten(self.model.bilstm.zero_state(batch_size))
+        model = self._float32_model()
+        zero = tf.nest.flatten(model.bilstm.zero_state(batch_size))
         states = [tf.convert_to_tensor(s) for s in self.states] if from_training_state else zero
         totals = np.zeros(4, np.float64)
         for batch in dataset:
             if batch.pop("first", False):  # sentence by sentence: a new group of sentences starts from zero
                 states = zero
-            sums, states = self._eval_step(batch, states)
+            sums, states = self._eval_step(model, batch, states)
             totals += np.array([float(s) for s in sums])
         if totals[1] == 0:
             raise ValueError(f"The held-out files {file_pattern!r} hold no tokens.")

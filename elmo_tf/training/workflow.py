@@ -26,7 +26,7 @@ from elmo_tf.training import health, run_length, setup
 from elmo_tf.training.config import recipe_config
 from elmo_tf.training.strategy import make_strategy
 from elmo_tf.training.trainer import Trainer, checkpoint_health, require_healthy, restore_trainer
-from elmo_tf.utils import progress
+from elmo_tf.utils import machine, progress
 
 
 def train_and_export(
@@ -102,6 +102,8 @@ def train_and_export(
         f"checkpoints in {save_dir}")
     # Without a GPU a large model can take weeks: the first steps are timed, and a run of over an hour says so.
     estimate = run_length.DurationEstimate(steps if run_length.cpu_only(strategy) else None, say)
+    if train_config.precision == "bfloat16" and machine.bfloat16_warning():
+        say(machine.bfloat16_warning())
     trainer = Trainer(config, vocab, train_config, save_dir, strategy)
     summary = trainer.train(train_prefix, heldout_prefix or None, on_step=estimate, init_from=init_checkpoint,
                             total_steps=steps)
