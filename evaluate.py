@@ -125,8 +125,8 @@ flags.DEFINE_integer("tm_epochs", 10, "Task model: epochs (more for small sizes,
 flags.DEFINE_integer("tm_min_steps", 150, "Task model: fewest updates, whatever the size.", lower_bound=1, upper_bound=INT32_MAX)
 flags.DEFINE_integer("tm_max_steps", 800, "Task model: most updates (in whole epochs, at least one).", lower_bound=1,
                      upper_bound=INT32_MAX)
-flags.DEFINE_integer("classifier_workers", 2, "Tasks whose classifiers train at once, each in its own process with one "
-                     "thread per op (the small task models use 2 cores better that way).", lower_bound=1, upper_bound=8)
+flags.DEFINE_integer("classifier_workers", 2, "Classifier processes at once, one thread per op each; the work cut per "
+                     "task and task-model variant, largest first.", lower_bound=1, upper_bound=8)
 FLAGS = flags.FLAGS
 
 

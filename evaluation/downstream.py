@@ -47,7 +47,7 @@ from elmo_tf.downstream import task_model as TM  # noqa: E402
 from elmo_tf.downstream.data import label_ids  # noqa: E402
 from elmo_tf.downstream.tfidf import TfidfClassifier  # noqa: E402
 from elmo_tf.downstream.finetune import FineTuneConfig  # noqa: E402
-from elmo_tf.utils.files import atomic_path, atomic_write_json  # noqa: E402
+from elmo_tf.utils.files import atomic_path, atomic_write, atomic_write_json  # noqa: E402
 
 FROZEN = {
     "a_layer0": ("fixed", "layer0"),
@@ -110,8 +110,9 @@ def run(spec: dict) -> None:
     if b["dev_examples"] > 0 and b["dev_examples"] < len(x_dev):
         idx = subset(len(x_dev), b["dev_examples"], -1000)
         y_dev, x_dev = y_dev[idx], [x_dev[i] for i in idx]
-    with open(os.path.join(out_dir, "dev_used.tsv"), "w", encoding="utf-8") as f:  # for the CLI check
-        f.write("label\ttext\n" + "".join(f"{l}\t{t}\n" for l, t in zip(y_dev.tolist(), x_dev)))
+    # For the CLI check; the same text from every worker of the task (written whole: they may run side by side).
+    atomic_write(os.path.join(out_dir, "dev_used.tsv"),
+                 "label\ttext\n" + "".join(f"{l}\t{t}\n" for l, t in zip(y_dev.tolist(), x_dev)))
     sizes, seeds = spec["sizes"], spec["seeds"]
     log(f"{task}: {len(x_all)} training and {len(x_dev)} dev examples; sizes {[size_name(n) for n in sizes]}, "
         f"variants {spec['variants']}, seeds {seeds}")

