@@ -149,13 +149,13 @@ class ProjectedLSTM(keras.layers.Layer):
         """Whether an input of this static length (None = unknown) runs in the loop, not unrolled."""
         return steps is None or steps > self.max_unroll
 
-    def _step(self, gates_x_t, c, m, recurrent_product, projection):
+    def _step(self, gates_x_t, c, m, recurrent_product, project):
         """One step from the carried (c, m); returns what the backward pass needs too.
 
         `recurrent_product(m)` is `m @ W_0[D:]`, from the `[h, 4H]` slice of the kernel or from its transposed
         copy `[4H, h]` (made once per call) for batches of `TRANSPOSED_FROM_BATCH` rows and more: oneDNN's CPU
         kernels compute the product 1.6-2.4x faster from the transposed layout there, but slower at batch 1
-        (docs/PERFORMANCE.md). See `recurrent_product_fn`.
+        (docs/PERFORMANCE.md). See `recurrent_product_fn`. `project(u)`: `u @ projection` (`projection_fn`), or None.
 
         Returns:
           `(z, c_pre, u, m_pre)`: gates before activation `[B, 4H]`, cell before clipping `[B, H]`,
@@ -167,24 +167,53 @@ class ProjectedLSTM(keras.layers.Layer):
         i, j, f, o = tf.split(z, 4, axis=-1)  # [B, H] each
         c_pre = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(j)
         u = tf.sigmoid(o) * tf.tanh(self._clip(c_pre, self.cell_clip))
-        m_pre = tf.cast(u, m.dtype) if projection is None else tf.matmul(tf.cast(u, projection.dtype), projection)
+        m_pre = tf.cast(u, m.dtype) if project is None else project(u)
         return z, c_pre, u, m_pre
 
     def recurrent_product_fn(self, w_recurrent, transposed, w_recurrent_t=None):
         """`m -> m @ w_recurrent` (`[h, 4H]`) in the layout `transposed` picks: a Python bool, or a scalar bool
         tensor when the batch size is known only at run time (then the step chooses with a `tf.cond`: the
-        loop is traced once, not once per layout). `w_recurrent_t`: the transposed copy, if already made."""
+        loop is traced once, not once per layout). `w_recurrent_t`: the transposed copy, if already made.
+
+        Below `TRANSPOSED_FROM_BATCH` rows, a bfloat16 product is computed as `(w_recurrent_t @ m^T)^T`: with the
+        weight as the left operand oneDNN's bfloat16 kernel reads it ~1.7x faster than as `m @ w_recurrent`
+        (slower than float32's at batch 1), and a float32 product is fastest as it is (docs/PERFORMANCE.md)."""
+        column = w_recurrent.dtype == tf.bfloat16
         if isinstance(transposed, bool):
-            if transposed and w_recurrent_t is None:
+            if (transposed or column) and w_recurrent_t is None:
                 w_recurrent_t = tf.transpose(w_recurrent)
-            w = w_recurrent_t if transposed else w_recurrent
-            return lambda m: tf.matmul(m, w, transpose_b=transposed)
+            if transposed:
+                return lambda m: tf.matmul(m, w_recurrent_t, transpose_b=True)
+            if column:
+                return lambda m: tf.transpose(tf.matmul(w_recurrent_t, m, transpose_b=True))
+            return lambda m: tf.matmul(m, w_recurrent)
+        if column:
+            w_t = tf.transpose(w_recurrent) if w_recurrent_t is None else w_recurrent_t
+            return lambda m: tf.cond(
+                transposed,
+                lambda: tf.matmul(m, w_t, transpose_b=True),
+                lambda: tf.transpose(tf.matmul(w_t, m, transpose_b=True)),
+            )
         w_t = tf.cond(  # the copy only when it is used
             transposed, lambda: tf.transpose(w_recurrent), lambda: tf.zeros([0, self.output_dim], w_recurrent.dtype)
         )
         return lambda m: tf.cond(
             transposed, lambda: tf.matmul(m, w_t, transpose_b=True), lambda: tf.matmul(m, w_recurrent)
         )
+
+    @staticmethod
+    def projection_fn(projection, small=False):
+        """`u -> u @ projection` (`u` cast to its dtype), or None without a projection. `small` (a Python bool or a
+        scalar bool tensor): the batch is below `TRANSPOSED_FROM_BATCH` rows; a bfloat16 product is then computed
+        with the weight on the left, as in `recurrent_product_fn` (1.6x faster there at batch 1)."""
+        if projection is None:
+            return None
+        plain = lambda u: tf.matmul(tf.cast(u, projection.dtype), projection)
+        if projection.dtype != tf.bfloat16 or small is False:
+            return plain
+        projection_t = tf.transpose(projection)  # [P, H]
+        column = lambda u: tf.transpose(tf.matmul(projection_t, tf.cast(u, projection.dtype), transpose_b=True))
+        return column if small is True else (lambda u: tf.cond(small, lambda: column(u), lambda: plain(u)))
 
     def _clip(self, value, clip):
         return value if clip is None else tf.clip_by_value(value, -clip, clip)
@@ -204,6 +233,8 @@ class ProjectedLSTM(keras.layers.Layer):
         """
         w_input = kernel[: self.input_dim]  # [D, 4H]
         recurrent_product = self.recurrent_product_fn(kernel[self.input_dim :], transposed)
+        small = not transposed if isinstance(transposed, bool) else tf.logical_not(transposed)
+        project = self.projection_fn(projection, small)
         proj_clip = self._proj_clip(projection)
         batch = tf.shape(x)[0]
         # n_t, the rows still running at step t, for t in [0, S] (n_S = 0 keeps an empty input safe).
@@ -231,7 +262,7 @@ class ProjectedLSTM(keras.layers.Layer):
                 rows = tf.stack([n, batch - n])
                 gates_t, _ = tf.split(gates_x.read(i), tf.stack([n, n_start - n]))
                 (c_run, c_done), (m_run, m_done) = tf.split(c, rows), tf.split(m, rows)
-                _, c_pre, _, m_pre = self._step(gates_t, c_run, m_run, recurrent_product, projection)
+                _, c_pre, _, m_pre = self._step(gates_t, c_run, m_run, recurrent_product, project)
                 c_new, m_new = self._clip(c_pre, self.cell_clip), self._clip(m_pre, proj_clip)
                 # (The split loses a static batch size; the carried state and outputs keep the input's.)
                 out_t, c_next, m_next = tf.concat([m_new, tf.zeros_like(m_done)], 0), tf.concat([c_new, c_done], 0), tf.concat([m_new, m_done], 0)
@@ -277,12 +308,13 @@ class ProjectedLSTM(keras.layers.Layer):
             w_input, w_recurrent_t = kernel[:d], tf.transpose(kernel[d:])  # [D, 4H], [4H, h]
             # The forward steps use the transposed copy the backward pass needs anyway, unless the batch is small.
             recurrent_product = self.recurrent_product_fn(kernel[d:], transposed, w_recurrent_t)
+            project = self.projection_fn(projection)  # (the training windows: batch 32)
             gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H]
             c, m = c0, m0
             outputs, saved = [], []
             # (unstack, not slicing: the gradient of a slice would be a full [B, S, 4H] tensor per step.)
             for t, gates_x_t in enumerate(tf.unstack(gates_x, steps, axis=1)):
-                z, c_pre, u, m_pre = self._step(gates_x_t, c, m, recurrent_product, projection)
+                z, c_pre, u, m_pre = self._step(gates_x_t, c, m, recurrent_product, project)
                 saved.append((c, m, z, c_pre, u, m_pre))
                 c_new, m_new = self._clip(c_pre, cell_clip), self._clip(m_pre, proj_clip)
                 outputs.append(tf.where(valid[t], m_new, tf.zeros_like(m_new)))

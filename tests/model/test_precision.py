@@ -69,6 +69,28 @@ def test_bfloat16_outputs_stay_within_the_bound(fixture):
         assert np.all(got[key][~fixture.mask] == 0.0), key
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+def test_bfloat16_small_batches_stay_within_the_bound(fixture, rows):
+    """Below TRANSPOSED_FROM_BATCH rows, bfloat16 products take the weight as the left operand (ProjectedLSTM's
+    recurrent_product_fn / projection_fn): in the unrolled steps (static length, eager) and in the while loop
+    with the layout chosen at run time (unknown batch and length, as in an exported module)."""
+    base = load_original(fixture.options_file, fixture.weight_file)
+    low = with_precision(base, "bfloat16")
+    char_ids, mask = fixture.ref["char_ids"][:rows], fixture.mask[:rows]
+    ref = named_outputs(base, char_ids)
+
+    class Looped:
+        config = low.config
+        __call__ = staticmethod(tf.function(
+            low.__call__, input_signature=[tf.TensorSpec([None, None, char_ids.shape[-1]], tf.as_dtype(char_ids.dtype))]))
+
+    assert low.bilstm.forward_0.loops(None) and not low.bilstm.forward_0.loops(char_ids.shape[1])
+    for path, got in (("unrolled", named_outputs(low, char_ids)), ("loop", named_outputs(Looped(), char_ids))):
+        for key in ref:
+            worst, mean = deviation(got[key], ref[key], mask)
+            assert 0 < worst < MAX_REL and mean < MEAN_REL, (path, key, worst, mean)
+
+
 def test_bfloat16_warning_only_without_bfloat16_units(monkeypatch, caplog):
     variables = [tf.Variable(tf.zeros([2], tf.bfloat16))]
     monkeypatch.setattr(machine, "cpu_flags", lambda: ["avx2", "avx512f"])
