@@ -113,6 +113,8 @@ class BiLSTM(keras.layers.Layer):
         dropout_seed=None,
     ):
         x = tf.cast(inputs, self.compute_dtype)  # [B, S, P]
+        # Without a mask every step is valid, and the LSTMs' unrolled steps then do no masking work at all.
+        lstm_mask = mask
         if mask is None:
             mask = tf.ones(tf.shape(x)[:2], tf.bool)
         mask = tf.cast(mask, tf.bool)
@@ -121,6 +123,7 @@ class BiLSTM(keras.layers.Layer):
         order = sort_order(lengths) if self.forward_0.loops(x.shape[1]) else None
         if order is not None:
             x, mask, lengths = (permute_rows(t, order) for t in (x, mask, lengths))
+            lstm_mask = mask
             if backward_inputs is not None:
                 backward_inputs = permute_rows(tf.cast(backward_inputs, self.compute_dtype), order)
             if initial_state is not None:
@@ -145,7 +148,7 @@ class BiLSTM(keras.layers.Layer):
                     layer_in = self._dropout(layer_in, dropout_seed, d * self.num_layers + layer)
                 state = None if initial_state is None else initial_state[direction][layer]
                 sorted_lengths = None if order is None else lengths
-                out, new_state = lstm(layer_in, mask=mask, initial_state=state, sorted_lengths=sorted_lengths)  # [B, S, h]
+                out, new_state = lstm(layer_in, mask=lstm_mask, initial_state=state, sorted_lengths=sorted_lengths)  # [B, S, h]
                 if self.use_skip_connections and layer > 0:
                     # The residual adds the layer's (dropped-out) input, as the original's wrapper order;
                     # masked steps stay zero (zero output + zero input).

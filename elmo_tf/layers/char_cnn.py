@@ -1,4 +1,4 @@
-"""Character CNN: char embedding -> one convolution per filter width -> max over positions -> activation."""
+"""Character CNN: char embedding -> one convolution per filter width -> max over positions -> bias, activation."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ class CharCNN(keras.layers.Layer):
 
     The embedding table holds the 261 real characters (ids 1..261); id 0 marks a padded token slot and
     embeds to exactly zero, as in the original. Each filter k of width w_k and count n_k is a valid
-    1-D convolution over the C character positions; its output is max-pooled over positions and then
-    passed through the activation (both orders give the same values: the activations are monotonic).
+    1-D convolution over the C character positions plus a bias; its output is max-pooled over positions and
+    then passed through the activation (the original's order is conv + bias, max, activation; adding the bias
+    after the max and activating after it give the same values, as both are monotonic).
 
     Args:
       filters: sequence of (width, count) pairs, in weight-file order.
@@ -116,8 +117,10 @@ class CharCNN(keras.layers.Layer):
         act = _ACTIVATIONS[self.activation]
         features = []
         for kernel, bias in zip(self.kernels, self.biases):
-            conv = tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias  # [rows, C - w + 1, n]
-            features.append(act(tf.reduce_max(conv, axis=1)))  # [rows, n]
+            conv = tf.nn.conv1d(x, kernel, stride=1, padding="VALID")  # [rows, C - w + 1, n]
+            # The bias is added after the max: the same value bit for bit (adding one number to each value keeps
+            # their order, rounding included), one addition per token instead of per position.
+            features.append(act(tf.reduce_max(conv, axis=1) + bias))  # [rows, n]
         return tf.concat(features, axis=-1)  # [rows, F]
 
     def compute_output_shape(self, input_shape):

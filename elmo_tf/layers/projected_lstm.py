@@ -121,6 +121,7 @@ class ProjectedLSTM(keras.layers.Layer):
     def call(self, inputs, mask=None, initial_state=None, sorted_lengths=None):
         x = tf.cast(inputs, self.compute_dtype)  # [B, S, D]
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
+        given_mask = mask
         if mask is None:
             mask = tf.ones([batch, steps], tf.bool)
         if initial_state is None:
@@ -131,7 +132,7 @@ class ProjectedLSTM(keras.layers.Layer):
         if self.projection is not None:
             weights.append(tf.convert_to_tensor(self.projection))  # [H, P]
         if not self.loops(x.shape[1]):
-            valid = tf.cast(mask, tf.bool)[:, :, None]  # [B, S, 1]
+            valid = None if given_mask is None else tf.cast(given_mask, tf.bool)[:, :, None]  # [B, S, 1]
             outputs, c, m = self._unrolled(x.shape[1], valid, x, c, m, *weights)
             return outputs, (c, m)
         # A static batch picks the recurrent weight's layout here, an unknown one at run time (see `_step`).
@@ -293,6 +294,8 @@ class ProjectedLSTM(keras.layers.Layer):
     def _unrolled(self, steps, valid, x, c0, m0, kernel, bias, *projection):
         """A known, short length (the training windows) as straight-line code, with a hand-written gradient.
 
+        `valid`: bool `[B, S, 1]`, or None when every step is valid (the training windows): no masking work then.
+
         Autodiff of the recurrence would compute `dz @ W^T` with a transposed operand (several times slower
         on CPU than a plain product) and one weight-gradient product per step. The gradient below uses
         transposed copies made once (the recurrent one shared with the forward steps), and forms each weight
@@ -300,7 +303,7 @@ class ProjectedLSTM(keras.layers.Layer):
         """
         d, cell_clip, proj_clip = self.input_dim, self.cell_clip, self._proj_clip(projection[0] if projection else None)
         transposed = x.shape[0] is None or x.shape[0] >= TRANSPOSED_FROM_BATCH
-        valid = tf.unstack(valid, steps, axis=1)  # S x [B, 1]
+        valid = None if valid is None else tf.unstack(valid, steps, axis=1)  # S x [B, 1]
 
         @tf.custom_gradient
         def run(x, c0, m0, kernel, bias, *projection_arg):
@@ -317,8 +320,12 @@ class ProjectedLSTM(keras.layers.Layer):
                 z, c_pre, u, m_pre = self._step(gates_x_t, c, m, recurrent_product, project)
                 saved.append((c, m, z, c_pre, u, m_pre))
                 c_new, m_new = self._clip(c_pre, cell_clip), self._clip(m_pre, proj_clip)
-                outputs.append(tf.where(valid[t], m_new, tf.zeros_like(m_new)))
-                c, m = tf.where(valid[t], c_new, c), tf.where(valid[t], m_new, m)
+                if valid is None:
+                    outputs.append(m_new)
+                    c, m = c_new, m_new
+                else:
+                    outputs.append(tf.where(valid[t], m_new, tf.zeros_like(m_new)))
+                    c, m = tf.where(valid[t], c_new, c), tf.where(valid[t], m_new, m)
             outputs = tf.stack(outputs, axis=1)  # [B, S, h]
 
             def grad(d_outputs, d_c, d_m):
@@ -335,9 +342,11 @@ class ProjectedLSTM(keras.layers.Layer):
                 d_z, d_m_pre = [None] * steps, [None] * steps
                 for t in reversed(range(steps)):
                     c_prev, _, z, c_pre, u, m_pre = saved[t]
-                    keep = tf.cast(valid[t], z.dtype)  # [B, 1]; a skipped row passes its state's gradient on
-                    d_m_new, d_c_new = keep * (d_outs[t] + d_m), keep * d_c  # gradient into m_t, c_t
-                    d_m_pass, d_c_pass = (1.0 - keep) * d_m, (1.0 - keep) * d_c
+                    d_m_new, d_c_new = d_outs[t] + d_m, d_c  # gradient into m_t, c_t
+                    if valid is not None:  # a skipped row passes its state's gradient on
+                        keep = tf.cast(valid[t], z.dtype)  # [B, 1]
+                        d_m_pass, d_c_pass = (1.0 - keep) * d_m, (1.0 - keep) * d_c
+                        d_m_new, d_c_new = keep * d_m_new, keep * d_c_new
                     d_m_pre[t] = _pass_clip(d_m_new, m_pre, proj_clip)
                     d_u = d_m_pre[t] if projection is None else tf.cast(
                         tf.matmul(tf.cast(d_m_pre[t], dt), projection_t), CELL_DTYPE)  # [B, H]
@@ -354,8 +363,10 @@ class ProjectedLSTM(keras.layers.Layer):
                         ],
                         axis=-1,
                     )  # [B, 4H]
-                    d_m = tf.cast(tf.matmul(tf.cast(d_z[t], dt), w_recurrent_t), CELL_DTYPE) + d_m_pass  # [B, h]
-                    d_c = d_c_pre * s_f + d_c_pass  # [B, H]
+                    d_m = tf.cast(tf.matmul(tf.cast(d_z[t], dt), w_recurrent_t), CELL_DTYPE)  # [B, h]
+                    d_c = d_c_pre * s_f  # [B, H]
+                    if valid is not None:
+                        d_m, d_c = d_m + d_m_pass, d_c + d_c_pass
 
                 def flat(tensors):  # S x [B, k] -> [S * B, k]
                     return tf.concat(tensors, axis=0)

@@ -166,9 +166,10 @@ def test_rejects_bad_arguments(kwargs, message):
 
 @pytest.mark.parametrize("kwargs", CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("chunk_rows", [1024, 7], ids=["one-chunk", "chunks-of-3"])
-@pytest.mark.parametrize("lengths", list(LENGTHS.values()), ids=list(LENGTHS))
+@pytest.mark.parametrize("lengths", list(LENGTHS.values()) + [None], ids=list(LENGTHS) + ["no-mask"])
 def test_unrolled_gradient_equals_autodiff_of_the_loop(kwargs, chunk_rows, lengths):
-    """The hand-written gradient of the unrolled path equals autodiff through the loop path, for every input."""
+    """The hand-written gradient of the unrolled path equals autodiff through the loop path, for every input
+    (lengths None: no mask, the training windows' case, where the unrolled steps skip the masking)."""
     rng = np.random.default_rng(5)
     unrolled, loop = ProjectedLSTM(max_unroll=32, **kwargs), ProjectedLSTM(max_unroll=0, chunk_rows=chunk_rows, **kwargs)
     for layer in (unrolled, loop):
@@ -177,9 +178,9 @@ def test_unrolled_gradient_equals_autodiff_of_the_loop(kwargs, chunk_rows, lengt
     for a, b in zip(unrolled.weights, loop.weights):
         b.assign(a)
     h, units = unrolled.output_dim, unrolled.units
-    b = len(lengths)
+    b = 5 if lengths is None else len(lengths)
     x, c0, m0 = (tf.constant(rng.normal(size=s).astype(np.float32)) for s in [(b, 7, 3), (b, units), (b, h)])
-    mask = np.arange(7)[None] < np.array(lengths)[:, None]
+    mask = None if lengths is None else np.arange(7)[None] < np.array(lengths)[:, None]
     # Weighted sums of every output, so each upstream gradient is non-trivial.
     w_out, w_c, w_m = (rng.normal(size=s).astype(np.float32) for s in [(b, 7, h), (b, units), (b, h)])
     results = []
