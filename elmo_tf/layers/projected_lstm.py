@@ -186,14 +186,14 @@ class ProjectedLSTM(keras.layers.Layer):
             if transposed:
                 return lambda m: tf.matmul(m, w_recurrent_t, transpose_b=True)
             if column:
-                return lambda m: tf.transpose(tf.matmul(w_recurrent_t, m, transpose_b=True))
+                return lambda m: weight_left_product(m, w_recurrent_t)
             return lambda m: tf.matmul(m, w_recurrent)
         if column:
             w_t = tf.transpose(w_recurrent) if w_recurrent_t is None else w_recurrent_t
             return lambda m: tf.cond(
                 transposed,
                 lambda: tf.matmul(m, w_t, transpose_b=True),
-                lambda: tf.transpose(tf.matmul(w_t, m, transpose_b=True)),
+                lambda: weight_left_product(m, w_t),
             )
         w_t = tf.cond(  # the copy only when it is used
             transposed, lambda: tf.transpose(w_recurrent), lambda: tf.zeros([0, self.output_dim], w_recurrent.dtype)
@@ -213,7 +213,7 @@ class ProjectedLSTM(keras.layers.Layer):
         if projection.dtype != tf.bfloat16 or small is False:
             return plain
         projection_t = tf.transpose(projection)  # [P, H]
-        column = lambda u: tf.transpose(tf.matmul(projection_t, tf.cast(u, projection.dtype), transpose_b=True))
+        column = lambda u: weight_left_product(tf.cast(u, projection.dtype), projection_t)
         return column if small is True else (lambda u: tf.cond(small, lambda: column(u), lambda: plain(u)))
 
     def _clip(self, value, clip):
@@ -413,6 +413,12 @@ class ProjectedLSTM(keras.layers.Layer):
             chunk_rows=self.chunk_rows,
         )
         return config
+
+
+def weight_left_product(m, w_t):
+    """`m @ w` computed as `(w_t @ m^T)^T` from the transposed weight `w_t`: the weight as the left operand, the
+    layout in which oneDNN's bfloat16 kernels run products of a few rows fastest (see `recurrent_product_fn`)."""
+    return tf.transpose(tf.matmul(w_t, m, transpose_b=True))
 
 
 def prefix_lengths(mask, layer: str):
