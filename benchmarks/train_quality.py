@@ -221,6 +221,8 @@ def report(steps, heldout, tc, vocab_sha256):
         "grad_norm_by_step": {str(s): round(r["grad_norm"], 3) for s, r in sorted(steps.items())},
         "note": "times in the step records restart at 0 in each session of a resumed run",
         "last_session_tokens_per_second": _rate(times, tokens_per_step),
+        "last_session_seconds": times[-1][1],  # from the session's start to its last step (the whole run if not resumed)
+        "median_step_seconds": _median_step(times),
         "heldout_probes": _probes(),
         "heldout_protocols": protocol_rows,
         "state_reset_prob": tc.state_reset_prob,
@@ -256,6 +258,12 @@ def probe_row(r) -> dict:
 
 def _ratio_text(row):
     return {**row, "ratio": f"{row['ratio']:.3f}"} if "ratio" in row else row
+
+
+def _median_step(times):
+    """The median time between consecutive steps of one session (robust to pauses and to a resumed run's restart)."""
+    gaps = [t1 - t0 for (s0, t0), (s1, t1) in zip(times, times[1:]) if s1 == s0 + 1 and t1 > t0]
+    return common.median(gaps) if gaps else None
 
 
 def _rate(times, tokens_per_step):

@@ -16,6 +16,10 @@ With several --state_reset_probs or --precisions (TrainConfig.precision: float32
 preset is measured at each value in turn, --rounds times, side by side in one process (the machine drifts between
 runs); the CPU's flags (avx2, avx512f, avx512_bf16, amx_bf16, ...) head the table and go into the JSON. "health check s" is the zero-state health check that runs
 after every checkpoint (`Trainer.check_health` on the first 256 lines of --health_sample), timed once per row.
+
+--profile_steps=N profiles N more steps per row (`op_profile.py`) and adds where their kernel time goes: products
+(matmuls, convolutions), casts and the other kernels, in ms per step (CPU time summed over threads), with the
+number of kernels per step.
 """
 
 import os
@@ -29,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, op_profile  # noqa: E402
 
 flags.DEFINE_list("presets", ["small", "original"], "Presets to measure.")
 flags.DEFINE_integer("steps", 10, "Timed steps per preset (after 2 warm-up steps).")
@@ -41,6 +45,8 @@ flags.DEFINE_integer("rounds", 1, "Rounds over the presets, --state_reset_probs 
 flags.DEFINE_string("name", "train_speed", "Name of the result file in benchmarks/results/.")
 flags.DEFINE_string("health_sample", os.path.join(os.path.dirname(__file__), "..", "data", "english", "heldout", "*.txt"),
                     "Text whose first 256 lines time the health check ('' to skip).")
+flags.DEFINE_integer("profile_steps", 0, "Steps per row profiled after the timed ones, for the kernel time by kind "
+                     "(0: none).", lower_bound=0)
 FLAGS = flags.FLAGS
 
 
@@ -63,7 +69,7 @@ def measure(name, peak_gflops, state_reset_prob=None, precision="float32"):
     overrides = {"precision": precision}
     if state_reset_prob is not None:
         overrides["state_reset_prob"] = state_reset_prob
-    tc = training.recipe_config(config, max_steps=FLAGS.steps + 2, **overrides)
+    tc = training.recipe_config(config, max_steps=FLAGS.steps + 2 + FLAGS.profile_steps, **overrides)
     save_dir = tempfile.mkdtemp(prefix=f"train_speed_{name}_")
     try:
         trainer = training.Trainer(config, vocab, tc, save_dir, training.make_strategy())
@@ -77,6 +83,8 @@ def measure(name, peak_gflops, state_reset_prob=None, precision="float32"):
             if step >= 2:
                 times.append(time.perf_counter() - start)
                 cpu_times.append(time.process_time() - cpu_start)
+        kernels = op_profile.op_times(lambda: trainer.train_step(next(batches)), FLAGS.profile_steps) \
+            if FLAGS.profile_steps else {}
         health_seconds = None
         if FLAGS.health_sample:
             from elmo_tf.training import health
@@ -107,6 +115,7 @@ def measure(name, peak_gflops, state_reset_prob=None, precision="float32"):
         "bound tokens/s": peak_gflops * 1e9 / flops_per_token,
         "peak RSS MB": common.peak_rss_mb(),
         "health check s": health_seconds,
+        **{f"kernel ms/step: {k}" if k != "kernels per step" else k: v for k, v in kernels.items()},
         "step_seconds": times,
         "step_cpu_seconds": cpu_times,
     }
@@ -128,7 +137,8 @@ def main(argv):
                     rows.append({"round": round_ + 1, **measure(name, peak, prob, precision)})
     common.print_table(rows, ["round", "preset", "state_reset_prob", "precision", "replicas", "batch x unroll", "vocab",
                               "negatives", "s/step (median)", "tokens/s (median)", "tokens/CPU-s (median)", "% of peak",
-                              "bound tokens/s", "health check s", "peak RSS MB"])
+                              "bound tokens/s", "health check s", "peak RSS MB"]
+                       + ([k for k in rows[0] if k.startswith("kernel")] if FLAGS.profile_steps else []))
     summary = []
     for name in FLAGS.presets:
         for key in sorted({(r["state_reset_prob"], r["precision"]) for r in rows if r["preset"] == name}):
