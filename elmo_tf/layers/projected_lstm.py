@@ -121,9 +121,6 @@ class ProjectedLSTM(keras.layers.Layer):
     def call(self, inputs, mask=None, initial_state=None, sorted_lengths=None):
         x = tf.cast(inputs, self.compute_dtype)  # [B, S, D]
         batch, steps = tf.shape(x)[0], tf.shape(x)[1]
-        given_mask = mask
-        if mask is None:
-            mask = tf.ones([batch, steps], tf.bool)
         if initial_state is None:
             c, m = self.zero_state(batch)  # [B, H], [B, h]
         else:  # the cell float32, the output in the compute dtype (identities in float32)
@@ -132,14 +129,14 @@ class ProjectedLSTM(keras.layers.Layer):
         if self.projection is not None:
             weights.append(tf.convert_to_tensor(self.projection))  # [H, P]
         if not self.loops(x.shape[1]):
-            valid = None if given_mask is None else tf.cast(given_mask, tf.bool)[:, :, None]  # [B, S, 1]
+            valid = None if mask is None else tf.cast(mask, tf.bool)[:, :, None]  # [B, S, 1]
             outputs, c, m = self._unrolled(x.shape[1], valid, x, c, m, *weights)
             return outputs, (c, m)
         # A static batch picks the recurrent weight's layout here, an unknown one at run time (see `_step`).
         transposed = x.shape[0] >= TRANSPOSED_FROM_BATCH if x.shape[0] is not None else batch >= TRANSPOSED_FROM_BATCH
         if sorted_lengths is not None:
             return self._loop(steps, x, c, m, sorted_lengths, *weights, transposed=transposed)
-        lengths = prefix_lengths(mask, "ProjectedLSTM")
+        lengths = prefix_lengths(tf.ones([batch, steps], tf.bool) if mask is None else mask, "ProjectedLSTM")
         order = sort_order(lengths)
         back = tf.math.invert_permutation(order)
         x, c, m, lengths = (permute_rows(t, order) for t in (x, c, m, lengths))
@@ -203,18 +200,18 @@ class ProjectedLSTM(keras.layers.Layer):
         )
 
     @staticmethod
-    def projection_fn(projection, small=False):
-        """`u -> u @ projection` (`u` cast to its dtype), or None without a projection. `small` (a Python bool or a
-        scalar bool tensor): the batch is below `TRANSPOSED_FROM_BATCH` rows; a bfloat16 product is then computed
-        with the weight on the left, as in `recurrent_product_fn` (1.6x faster there at batch 1)."""
+    def projection_fn(projection, transposed):
+        """`u -> u @ projection` (`u` cast to its dtype), or None without a projection. `transposed` as in
+        `recurrent_product_fn` (false: the batch is below `TRANSPOSED_FROM_BATCH` rows): below it, a bfloat16 product
+        is computed with the weight on the left, as the recurrent one is (1.6x faster there at batch 1)."""
         if projection is None:
             return None
         plain = lambda u: tf.matmul(tf.cast(u, projection.dtype), projection)
-        if projection.dtype != tf.bfloat16 or small is False:
+        if projection.dtype != tf.bfloat16 or transposed is True:
             return plain
         projection_t = tf.transpose(projection)  # [P, H]
         column = lambda u: weight_left_product(tf.cast(u, projection.dtype), projection_t)
-        return column if small is True else (lambda u: tf.cond(small, lambda: column(u), lambda: plain(u)))
+        return column if transposed is False else (lambda u: tf.cond(transposed, lambda: plain(u), lambda: column(u)))
 
     def _clip(self, value, clip):
         return value if clip is None else tf.clip_by_value(value, -clip, clip)
@@ -234,8 +231,7 @@ class ProjectedLSTM(keras.layers.Layer):
         """
         w_input = kernel[: self.input_dim]  # [D, 4H]
         recurrent_product = self.recurrent_product_fn(kernel[self.input_dim :], transposed)
-        small = not transposed if isinstance(transposed, bool) else tf.logical_not(transposed)
-        project = self.projection_fn(projection, small)
+        project = self.projection_fn(projection, transposed)
         proj_clip = self._proj_clip(projection)
         batch = tf.shape(x)[0]
         # n_t, the rows still running at step t, for t in [0, S] (n_S = 0 keeps an empty input safe).
@@ -311,7 +307,7 @@ class ProjectedLSTM(keras.layers.Layer):
             w_input, w_recurrent_t = kernel[:d], tf.transpose(kernel[d:])  # [D, 4H], [4H, h]
             # The forward steps use the transposed copy the backward pass needs anyway, unless the batch is small.
             recurrent_product = self.recurrent_product_fn(kernel[d:], transposed, w_recurrent_t)
-            project = self.projection_fn(projection)  # (the training windows: batch 32)
+            project = self.projection_fn(projection, transposed)
             gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H]
             c, m = c0, m0
             outputs, saved = [], []
