@@ -3,6 +3,8 @@
     python export.py --options_file=OPTIONS.json --weight_file=WEIGHTS.hdf5 --export_dir=hub_module
     python export.py --checkpoint_dir=runs/small --export_dir=hub_module          # a model trained here
     python export.py --checkpoint_dir=runs/small --format=hdf5 --export_dir=out   # options.json + weights.hdf5
+    python export.py --efml_dir=zhs.model --export_dir=elmo_zhs                   # ELMoForManyLangs
+    python export.py --tf1_hub_dir=elmo_3 --export_dir=elmo_tf2                   # TF-Hub's TF1-format modules
 
 The result loads with `tf.saved_model.load`, `hub.KerasLayer`, `keras.layers.TFSMLayer`,
 `saved_model_cli` and TF Serving. See `elmo_tf/export/hub.py` for the signatures and outputs.
@@ -22,6 +24,14 @@ from elmo_tf.commands.flag_checks import check_float, check_number_list, run_com
 # The model: either the original files, or a training directory of train.py.
 flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout).")
 flags.DEFINE_string("weight_file", None, "The model's weights.hdf5 (original bilm-tf layout).")
+flags.DEFINE_string("efml_dir", None, "An ELMoForManyLangs model folder (config.json, char.dic, word.dic, "
+                    "token_embedder.pkl, encoder.pkl); read without PyTorch, no pickled code run.")
+flags.DEFINE_string("tf1_hub_dir", None, "A TF1-format TF-Hub ELMo module folder (google/elmo, DeepPavlov's); "
+                    "--options_file gives the settings its variables cannot tell (else the published ELMo's).")
+flags.DEFINE_string("embedding_file", None, "A word-input biLM's word table (the original's embedding.hdf5); with a "
+                    "character biLM, the original's dump_token_embeddings output, checked against the char CNN.")
+flags.DEFINE_string("vocab_file", None, "A word-input biLM's vocabulary; with a character biLM, the tokens to cache "
+                    "(the module looks their token layer up; other tokens still go through the char CNN).")
 flags.DEFINE_string("checkpoint_dir", None, "A train.py --save_dir: exports its latest checkpoint (or --checkpoint_step's) "
                     "if its zero-state health check passed (docs/TRAINING_AUDIT.md).")
 flags.DEFINE_integer("checkpoint_step", None, "With --checkpoint_dir: export the checkpoint of this step.", lower_bound=0,
@@ -57,15 +67,15 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    original = FLAGS.options_file or FLAGS.weight_file
-    if original and FLAGS.checkpoint_dir:
-        raise app.UsageError("Give either --options_file/--weight_file or --checkpoint_dir, not both.")
-    if not original and not FLAGS.checkpoint_dir:
-        raise app.UsageError("--options_file and --weight_file (or --checkpoint_dir) are required.")
-    if original and not (FLAGS.options_file and FLAGS.weight_file):
-        raise app.UsageError("--options_file and --weight_file must be given together.")
+    files = [f for f in ("options_file", "weight_file", "efml_dir", "tf1_hub_dir", "embedding_file", "vocab_file")
+             if FLAGS[f].value]
+    if files and FLAGS.checkpoint_dir:
+        raise app.UsageError(f"Give either --checkpoint_dir or the model's files, not both (found --{files[0]}).")
+    if not files and not FLAGS.checkpoint_dir:
+        raise app.UsageError("--options_file and --weight_file (or --checkpoint_dir, --efml_dir, --tf1_hub_dir) are "
+                             "required.")
     checkpoint_only = ("checkpoint_step", "allow_unhealthy", "health_sample")
-    if original and any(FLAGS[name].present for name in checkpoint_only):
+    if files and any(FLAGS[name].present for name in checkpoint_only):
         raise app.UsageError(f"--{', --'.join(checkpoint_only)} apply to --checkpoint_dir only.")
     if FLAGS.health_sample and not os.path.isfile(FLAGS.health_sample):
         raise app.UsageError(f"--health_sample={FLAGS.health_sample} is not a file.")
@@ -79,10 +89,11 @@ def main(argv):
 
     import tensorflow as tf
 
-    from elmo_tf import ConfigError, ExportError, ExportOptions, WeightFileError, load_original
+    from elmo_tf import ConfigError, ExportError, ExportOptions, WeightFileError
     from elmo_tf.export import hub as hub_export
     from elmo_tf import training
     from elmo_tf.errors import TrainingError
+    from elmo_tf.model.readers import read_bilm
 
     tf.get_logger().setLevel("WARNING")  # TF's own INFO lines about saving are noise here
     start = time.time()
@@ -90,10 +101,14 @@ def main(argv):
         target = FLAGS.export_dir if FLAGS.version is None else os.path.join(FLAGS.export_dir, str(FLAGS.version))
         if FLAGS.version is None or os.path.isdir(FLAGS.export_dir):
             hub_export.check_export_target(target)  # fail before the (possibly long) weight load
+        cache_tokens = None
         if FLAGS.checkpoint_dir:
             bilm = _checked_checkpoint(FLAGS.checkpoint_dir)
         else:
-            bilm = load_original(FLAGS.options_file, FLAGS.weight_file)
+            loaded = read_bilm(**{name: FLAGS[name].value for name in files})
+            bilm, cache_tokens = loaded.bilm, loaded.cache_tokens
+            for note in loaded.notes:
+                logging.warning("%s", note)
         if FLAGS.format == "hdf5" and FLAGS.checkpoint_dir:  # with the softmax and vocab.txt: a folder to train on from
             from elmo_tf.text.vocab import Vocabulary
 
@@ -101,17 +116,11 @@ def main(argv):
                 FLAGS.checkpoint_dir, FLAGS.checkpoint_step), vocab=Vocabulary.from_file(
                 os.path.join(FLAGS.checkpoint_dir, "vocab.txt")))
         elif FLAGS.format == "hdf5":
-            path = hub_export.export_hdf5(bilm, FLAGS.export_dir)
+            path = hub_export.export_hdf5(bilm, FLAGS.export_dir, cache_tokens=cache_tokens)
         else:
-            export_options = ExportOptions(
-                trainable=FLAGS.trainable,
-                layer_norm=FLAGS.layer_norm,
-                mix_weights=mix_weights,
-                l2_coef=FLAGS.l2_coef,
-                tokenizer=FLAGS.tokenizer,
-                version=FLAGS.version,
-                precision=FLAGS.precision,
-            )
+            export_options = ExportOptions(trainable=FLAGS.trainable, layer_norm=FLAGS.layer_norm,
+                                           mix_weights=mix_weights, l2_coef=FLAGS.l2_coef, tokenizer=FLAGS.tokenizer,
+                                           version=FLAGS.version, precision=FLAGS.precision)
             path = hub_export.export_module(bilm, FLAGS.export_dir, export_options=export_options)
     except (ConfigError, WeightFileError, ExportError, TrainingError, OSError) as e:
         logging.error("%s", e)
@@ -130,7 +139,6 @@ def _checked_checkpoint(save_dir: str):
         record = training.require_healthy(save_dir, FLAGS.checkpoint_step, FLAGS.health_sample)
         logging.info("Health check, %s", training.health.describe(record))
     return bilm
-
 
 
 def run() -> None:

@@ -196,7 +196,7 @@ class Embedder:
 
         bilm = with_precision(load_original(options_file, weight_file), self.precision)
         config: BiLMConfig = bilm.config
-        max_chars = config.char_cnn.max_characters_per_token
+        encoder = bilm.encoder  # the model's own ids: bytes, a vocabulary, or ELMoForManyLangs' lexicons
         self.num_layers = config.num_output_layers  # L + 1
         self.dim = 2 * config.token_dim  # 2P
         self.model_description = f"options:{os.path.realpath(options_file)},weights:{os.path.realpath(weight_file)}"
@@ -209,7 +209,7 @@ class Embedder:
         # The same text -> ids code as the exported `tokens` signature, so both back ends agree.
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string), tf.TensorSpec([None], tf.int32)])
         def run_tokens(tokens, sequence_len):
-            ids = char_ids.dense_tokens_to_char_ids(tokens, sequence_len, max_chars)  # [B, T + 2, C]
+            ids = encoder.sentences(tf.RaggedTensor.from_tensor(tokens, lengths=sequence_len))  # [B, T + 2, ...]
             return self._combine(bilm(ids, training=False)["layers"])
 
         self._run_tokens = run_tokens

@@ -40,7 +40,8 @@ class ExportOptions:
       trainable: which variables `trainable_variables` lists: "mix" (scalar-mix weights and gamma,
         the ELMo recipe), "all" (also the whole biLM, for fine-tuning), or "none".
       layer_norm: layer-normalise each biLM layer (per sentence, over valid tokens) before mixing.
-      mix_weights: initial un-normalised mix weights (L + 1 values); None = equal weights.
+      mix_weights: initial un-normalised mix weights (L + 1 values), with gamma 1: they replace the model's own
+        trained mix; None = the model's own mix (`BiLMConfig.mix`, e.g. a TF-Hub module's), else equal weights.
       l2_coef: L2 penalty on the mix weights, exposed through `regularization_losses`.
       tokenizer: in-graph tokenizer of the `default` signature and `__call__`: "whitespace" (like
         `str.split()`) or "cjk_chars" (every CJK ideograph a token, the rest split on whitespace).
@@ -93,6 +94,16 @@ SINGLE_OUTPUT_SIGNATURES = {
 }
 
 
+def initial_mix(config, export_options: "ExportOptions") -> tuple[Optional[list[float]], float]:
+    """The exported scalar mix's starting (weights, gamma): `export_options.mix_weights` with gamma 1 when given
+    (it replaces a model's own mix), else the model's own trained mix (`config.mix`), else equal weights and 1."""
+    if export_options.mix_weights is not None:
+        return list(export_options.mix_weights), 1.0
+    if config.mix is not None:
+        return list(config.mix["weights"]), config.mix["scale"]
+    return None, 1.0
+
+
 def _only(outputs: dict[str, tf.Tensor], key: str) -> dict[str, tf.Tensor]:
     return {key: outputs[key], "sequence_len": outputs["sequence_len"]}
 
@@ -116,13 +127,17 @@ class ElmoModule(tf.Module):
         # layers would save each weight a second time; after loading, the functions would read one copy while
         # `trainable_variables` held the other, and fine-tuning would train nothing.
         object.__setattr__(self, "_bilm", bilm)
-        self._max_chars = bilm.config.char_cnn.max_characters_per_token
+        # Tracked: the encoder's lookup tables (a model's own lexicons) and the token cache are saved with the module.
+        self.encoder = bilm.encoder
+        self.token_cache = bilm.token_cache
         self._tokenizer = export_options.tokenizer
         self._num_lstm_layers = bilm.config.lstm.n_layers
+        weights, gamma = initial_mix(bilm.config, export_options)
         mix = ScalarMix(
             bilm.config.num_output_layers,
             layer_norm=export_options.layer_norm,
-            initial_weights=export_options.mix_weights,
+            initial_weights=weights,
+            initial_gamma=gamma,
             l2_coef=export_options.l2_coef,
             name="scalar_mix",
         )
@@ -130,7 +145,8 @@ class ElmoModule(tf.Module):
         object.__setattr__(self, "_mix", mix)
         mix_vars = [self._mix.mix_weights.value, self._mix.gamma.value]
         bilm_vars = [w.value for w in bilm.weights]
-        self.variables = bilm_vars + mix_vars
+        cache_vars = [] if bilm.token_cache is None else [bilm.token_cache.vectors]
+        self.variables = bilm_vars + cache_vars + mix_vars
         self.trainable_variables = {"mix": mix_vars, "all": bilm_vars + mix_vars, "none": []}[export_options.trainable]
         self.regularization_losses = []
         if export_options.l2_coef > 0:
@@ -153,7 +169,7 @@ class ElmoModule(tf.Module):
 
     @tf.function(input_signature=_TEXT_INPUT)
     def default_signature(self, text):
-        return self._embed(char_ids.text_to_char_ids(text, self._max_chars, self._tokenizer), training=False)
+        return self._embed(self.encoder.sentences(char_ids.split_text(text, self._tokenizer)), training=False)
 
     # The single-output signatures call the full ones (one traced model, not five) and keep one output.
     @tf.function(input_signature=_TEXT_INPUT)
@@ -185,7 +201,7 @@ class ElmoModule(tf.Module):
             tf.shape(tokens)[1],
             message="`sequence_len` must be <= T, the number of columns of `tokens`",
         )
-        ids = char_ids.dense_tokens_to_char_ids(tokens, sequence_len, self._max_chars)
+        ids = self.encoder.sentences(tf.RaggedTensor.from_tensor(tokens, lengths=sequence_len))
         outputs = self._embed(ids, training=False)
         # Keep the caller's T (columns beyond the longest sequence_len are padding too).
         pad = tf.shape(tokens)[1] - tf.shape(outputs["word_emb"])[1]
@@ -197,7 +213,7 @@ class ElmoModule(tf.Module):
     @tf.function
     def __call__(self, text, training=False):
         """TF-Hub entry point: `text` string `[B]` -> the outputs dict."""
-        return self._embed(char_ids.text_to_char_ids(text, self._max_chars, self._tokenizer), training=training)
+        return self._embed(self.encoder.sentences(char_ids.split_text(text, self._tokenizer)), training=training)
 
 
 _MODULE_README = """\
@@ -325,6 +341,9 @@ def export_module(
             f"`mix_weights` needs {bilm.config.num_output_layers} values (L + 1); "
             f"received {list(export_options.mix_weights)}."
         )
+    if bilm.token_cache is not None and export_options.trainable == "all":
+        raise ExportError("A token cache holds the character CNN's outputs, which fine-tuning (`trainable='all'`) "
+                          "would leave stale: export a fine-tunable module without the cache (no --vocab_file).")
     if export_options.precision == "bfloat16" and machine.bfloat16_warning():
         logging.warning("Exporting a bfloat16 module. %s", machine.bfloat16_warning())
     bilm = with_precision(bilm, export_options.precision)
@@ -360,24 +379,51 @@ def export_module(
     return _write_atomically(export_dir, write)
 
 
-def export_hdf5(bilm: BiLM, export_dir: str, softmax=None, vocab=None, softmax_dtype: str = "float32") -> str:
+def export_hdf5(bilm: BiLM, export_dir: str, softmax=None, vocab=None, softmax_dtype: str = "float32",
+                cache_tokens: Optional[Sequence[str]] = None) -> str:
     """Writes `options.json` + `weights.hdf5` in the original layout (readable by bilm-tf and AllenNLP), atomically.
 
     With `softmax` (weights [V, P], bias [V]) and its `vocab` (a `Vocabulary`), the weight file also holds the
     softmax (`softmax/W`, `softmax/b`, as `softmax_dtype`) and `vocab.txt` is written beside it: a folder that
     continued pretraining (`train.py --init_checkpoint=FOLDER`) and held-out perplexity (`train.py --mode=eval
     --save_dir=FOLDER`) start from.
+
+    What else the model needs goes where the original puts it: a word-input biLM's table in `embedding.hdf5` and its
+    vocabulary in `vocab.txt`; an ELMoForManyLangs model's lexicons in the weight file (`lexicon/chars`,
+    `lexicon/words`). With `cache_tokens` (a character biLM), `embedding.hdf5` holds the token layer of each of
+    those tokens and `vocab.txt` the tokens: the original's `dump_token_embeddings` output, for its token-input mode.
     """
-    from elmo_tf.model.weights_io import save_weights
+    import numpy as np
+
+    from elmo_tf.model.weights_io import WORD_TABLE, save_weights, save_word_table
+    from elmo_tf.text.vocab import Vocabulary
 
     if (softmax is None) != (vocab is None):
         raise ValueError("export_hdf5: give the softmax and its vocabulary together.")
+    word_input = bilm.config.layout == "bilm_tf" and bilm.word_embed is not None
+    if cache_tokens is not None and bilm.char_cnn is None:
+        raise ExportError("A token table (embedding.hdf5 for the original's token-input mode) holds the character "
+                          "CNN's outputs: this biLM reads no characters.")
+    table = tokens = None
+    if word_input:
+        table, tokens = bilm.word_embed.embedding.numpy(), list(bilm.lexicons.words)
+    elif cache_tokens is not None:
+        tokens = list(cache_tokens)
+        table = np.concatenate([bilm.char_features(bilm.encoder.tokens(tf.constant(tokens[i : i + 1024]))["char_ids"])
+                                .numpy() for i in range(0, len(tokens), 1024)])
+    if tokens is not None and vocab is not None and list(vocab.words) != tokens:
+        raise ExportError("vocab.txt would have to hold both the softmax's vocabulary and the token table's rows, "
+                          "and they differ: export the table (--vocab_file) from the files, not from a checkpoint.")
 
     def write(folder: str, scratch: str) -> None:
         os.makedirs(folder)
         bilm.config.to_json_file(os.path.join(folder, "options.json"))
-        save_weights(bilm, os.path.join(folder, "weights.hdf5"), softmax, softmax_dtype)
-        if vocab is not None:
+        save_weights(bilm, os.path.join(folder, "weights.hdf5"), softmax, softmax_dtype,
+                     skip=(WORD_TABLE,) if word_input else ())
+        if table is not None:
+            save_word_table(table, os.path.join(folder, "embedding.hdf5"))
+            Vocabulary(tokens).to_file(os.path.join(folder, "vocab.txt"))
+        elif vocab is not None:
             vocab.to_file(os.path.join(folder, "vocab.txt"))
 
     return _write_atomically(export_dir, write)

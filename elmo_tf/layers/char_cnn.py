@@ -16,7 +16,7 @@ _ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}
 class CharCNN(keras.layers.Layer):
     """Context-free token features from a token's character ids (Peters et al. 2018, §3.4; Kim et al. 2016).
 
-    The embedding table holds the 261 real characters (ids 1..261); id 0 marks a padded token slot and
+    The embedding table holds the real characters (ids 1..261 for the original's byte ids); id 0 marks a padded token slot and
     embeds to exactly zero, as in the original. Each filter k of width w_k and count n_k is a valid
     1-D convolution over the C character positions plus a bias; its output is max-pooled over positions and
     then passed through the activation (the original's order is conv + bias, max, activation; adding the bias
@@ -27,12 +27,14 @@ class CharCNN(keras.layers.Layer):
       embedding_dim: e, size of a character embedding.
       max_characters_per_token: C, the number of char ids per token.
       activation: "relu" or "tanh".
+      n_characters: rows of the embedding table + 1 (the ids 0..n_characters - 1): 262 for the original's UTF-8
+        byte ids; a model with a character lexicon of its own (ELMoForManyLangs) has the lexicon's size + 1.
       chunk_tokens: tokens are convolved in equal chunks of at most this many, one after another, so the
         widest convolution's output (`tokens x positions x count`) stays small for large batches. Same
         results for any value.
 
     Call arguments:
-      char_ids: int `[..., C]` char ids (0..261).
+      char_ids: int `[..., C]` char ids (0..n_characters - 1).
 
     Returns:
       float32 `[..., F]` with F = sum of filter counts.
@@ -45,6 +47,7 @@ class CharCNN(keras.layers.Layer):
         max_characters_per_token: int = 50,
         activation: str = "relu",
         chunk_tokens: int = 256,
+        n_characters: int = NUM_CHAR_IDS,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -61,16 +64,19 @@ class CharCNN(keras.layers.Layer):
         if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
             raise ValueError(f"`chunk_tokens` must be an integer >= 1; received {chunk_tokens!r}.")
         self.chunk_tokens = chunk_tokens
+        if isinstance(n_characters, bool) or not isinstance(n_characters, int) or n_characters < 2:
+            raise ValueError(f"`n_characters` must be an integer >= 2; received {n_characters!r}.")
+        self.n_characters = n_characters
         self.embedding_dim = int(embedding_dim)
         self.max_characters_per_token = int(max_characters_per_token)
         self.activation = activation
         self.output_dim = sum(n for _, n in self.filters)
 
     def build(self, input_shape=None):
-        # Rows are ids 1..261 (the original file's `char_embed`); id 0 is prepended as zeros at call time.
+        # Rows are ids 1..n_characters - 1 (the original file's `char_embed`); id 0 is prepended as zeros at call time.
         self.char_embed = self.add_weight(
             name="char_embed",
-            shape=(NUM_CHAR_IDS - 1, self.embedding_dim),
+            shape=(self.n_characters - 1, self.embedding_dim),
             initializer=keras.initializers.RandomUniform(-1.0, 1.0),
         )
         # Weights are attributes (not list items) so that tf.train.Checkpoint tracks them by name.
@@ -134,5 +140,6 @@ class CharCNN(keras.layers.Layer):
             max_characters_per_token=self.max_characters_per_token,
             chunk_tokens=self.chunk_tokens,
             activation=self.activation,
+            n_characters=self.n_characters,
         )
         return config

@@ -9,9 +9,11 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from elmo_tf.errors import CheckpointError, tf_error_message, write_error_message
+from elmo_tf.errors import CheckpointError, ConfigError, tf_error_message, write_error_message
 from elmo_tf.model.bilm import BiLM
 from elmo_tf.model.config import BiLMConfig
+from elmo_tf.text.encoders import Lexicons
+from elmo_tf.text.vocab import Vocabulary
 from elmo_tf.training import health
 
 
@@ -140,13 +142,38 @@ def restore_softmax(save_dir: str, step: Optional[int] = None):
         raise CheckpointError(f"Checkpoint {prefix!r}: its softmax cannot be read ({tf_error_message(e)[:300]}).") from None
 
 
+LEXICONS_FILE = "lexicons.hdf5"  # a run's model lexicons, when its model has its own (ELMoForManyLangs')
+
+
+def model_lexicons(config: BiLMConfig, folder: str, vocab: Optional[Vocabulary] = None) -> Lexicons:
+    """The lexicons a model of `config` reads, as a run or a folder of weight files keeps them: a word-input biLM's
+    are its vocabulary (`vocab`, else the folder's vocab.txt); an ELMoForManyLangs model's are in the folder's
+    `lexicons.hdf5` (a run) or `weights.hdf5` (a converted folder); a character biLM of the original has none."""
+    from elmo_tf.model.weights_io import load_lexicons
+
+    if config.layout == "efml":
+        for name in (LEXICONS_FILE, "weights.hdf5"):
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and (lexicons := load_lexicons(path)) != Lexicons():
+                return lexicons
+        raise ConfigError(f"{folder!r}: an ELMoForManyLangs model reads its own lexicons, and neither {LEXICONS_FILE} "
+                          "nor weights.hdf5 there holds them. Start from the converted folder (export.py --efml_dir=... "
+                          "--format=hdf5), as --init_checkpoint.")
+    if config.word_table is not None:
+        if vocab is None:
+            vocab = Vocabulary.from_file(os.path.join(folder, "vocab.txt"))
+        return Lexicons(words=tuple(vocab.words))
+    return Lexicons()
+
+
 def restore_bilm(save_dir: str, step: Optional[int] = None) -> BiLM:
     """The `BiLM` of a checkpoint in a training `save_dir` (default: the latest), for export and evaluation."""
     options = os.path.join(save_dir, "options.json")
     if not os.path.isfile(options):
         raise FileNotFoundError(f"{save_dir!r} is not a training directory: it has no options.json.")
     prefix = checkpoint_prefix(save_dir, step)
-    model = BiLM(BiLMConfig.from_json_file(options), name="bilm")
+    config = BiLMConfig.from_json_file(options)
+    model = BiLM(config, lexicons=model_lexicons(config, save_dir), name="bilm")
     model.build()
     restore_checkpoint(tf.train.Checkpoint(model=model), prefix, partial=True)
     return model

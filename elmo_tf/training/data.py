@@ -42,6 +42,7 @@ from typing import Optional
 import tensorflow as tf
 
 from elmo_tf.text import char_ids
+from elmo_tf.text.encoders import ByteCharEncoder, TokenEncoder
 from elmo_tf.text.vocab import Vocabulary
 from elmo_tf.errors import CorpusError
 from elmo_tf.utils.files import open_corpus
@@ -88,11 +89,17 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars) -> list[str]:
+def _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars, encoder=None) -> list[str]:
     """Validates the common arguments; returns the corpus files, sorted."""
     if not isinstance(vocab, Vocabulary):
         raise TypeError(f"`vocab` must be an elmo_tf.text.vocab.Vocabulary; received {type(vocab).__name__}.")
-    minimums = (("batch_size", batch_size, 1), ("unroll_steps", unroll_steps, 1), ("max_chars", max_chars, 3))
+    if encoder is not None and not isinstance(encoder, TokenEncoder):
+        raise TypeError(f"`encoder` must be an elmo_tf.text.encoders.TokenEncoder; received {type(encoder).__name__}.")
+    if (encoder is None) == (max_chars is None):
+        raise ValueError("Give the model's `encoder` (`bilm.encoder`) or, for a character biLM, `max_chars`.")
+    minimums = (("batch_size", batch_size, 1), ("unroll_steps", unroll_steps, 1))
+    if encoder is None:
+        minimums += (("max_chars", max_chars, 3),)
     for name, value, low in minimums:
         if not _is_int(value) or value < low:
             raise ValueError(f"`{name}` must be an integer >= {low}; received {value!r}.")
@@ -267,24 +274,29 @@ def _stream_windows(chunks: tf.data.Dataset, *, batch_size: int, unroll_steps: i
     return chunks.scan(initial_state, _plain(step)).unbatch()
 
 
-def _features(vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int):
+def _features(vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: Optional[int], encoder=None):
     """The map from a window of both directions (`(pairs [B, U, 2], valid [B, U])` each) to the feature dicts of
     the module docstring."""
     table = vocab.lookup_table()
-    B, U, C = batch_size, unroll_steps, max_chars
+    encoder = encoder or ByteCharEncoder(max_chars)
+    B, U = batch_size, unroll_steps
 
     def features(forward, backward):
         (fw, fw_valid), (bw, bw_valid) = forward, backward
         valid = tf.stack([fw_valid, bw_valid])  # [2, B, U]
         inputs = tf.reshape(tf.stack([fw[..., _INPUT], bw[..., _INPUT]]), [-1])  # [2BU]
-        chars = tf.reshape(char_ids.token_char_ids(inputs, C), [2, B, U, C])  # [2, B, U, C]
-        chars *= tf.cast(valid, tf.int32)[..., None]  # padding slots: all-zero char ids
+        ids = {}
+        for key, value in encoder.tokens(inputs).items():  # char_ids [2BU, C] and/or word_ids [2BU]
+            value = tf.reshape(value, [2, B, U] + value.shape[1:].as_list())
+            keep = tf.reshape(tf.cast(valid, tf.int32), [2, B, U] + [1] * (value.shape.rank - 3))
+            ids[key] = value * keep  # padding slots: all-zero ids
         targets = table.lookup(tf.stack([fw[..., _TARGET], bw[..., _TARGET]]))  # [2, B, U]
         targets *= tf.cast(valid, tf.int32)
         weights = tf.cast(valid, tf.float32)  # [2, B, U]
         features = {}
         for d, direction in enumerate(("forward", "backward")):
-            features[f"char_ids_{direction}"] = tf.ensure_shape(chars[d], [B, U, C])
+            for key, value in ids.items():
+                features[f"{key}_{direction}"] = tf.ensure_shape(value[d], [B, U] + value.shape[3:].as_list())
             features[f"targets_{direction}"] = tf.ensure_shape(targets[d], [B, U])
             features[f"weights_{direction}"] = tf.ensure_shape(weights[d], [B, U])
         return features
@@ -292,12 +304,13 @@ def _features(vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_char
     return features
 
 
-def _windows(streams, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int) -> tf.data.Dataset:
+def _windows(streams, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: Optional[int],
+             encoder=None) -> tf.data.Dataset:
     """The forward and backward `_chunks` streams -> the feature dicts of the module docstring."""
     windows = tf.data.Dataset.zip(
         tuple(_stream_windows(chunks, batch_size=batch_size, unroll_steps=unroll_steps) for chunks in streams)
     )  # ((fw [B, U, 2], valid [B, U]), (bw [B, U, 2], valid [B, U]))
-    features = _features(vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
+    features = _features(vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars, encoder=encoder)
     return windows.map(_plain(features), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
@@ -312,7 +325,8 @@ def lm_windows(
     *,
     batch_size: int,
     unroll_steps: int,
-    max_chars: int,
+    max_chars: Optional[int] = None,
+    encoder=None,
     n_epochs: Optional[int] = None,
     shuffle: bool = True,
     seed: int = 0,
@@ -325,7 +339,8 @@ def lm_windows(
       vocab: the target vocabulary (words outside it are predicted as `<UNK>`).
       batch_size: B, rows (parallel streams) per batch.
       unroll_steps: U, tokens per window.
-      max_chars: C, `max_characters_per_token` of the model.
+      max_chars: C, `max_characters_per_token` of a character model (its ids: the original's byte ids).
+      encoder: instead of `max_chars`, the model's `TokenEncoder` (`bilm.encoder`): its ids, whatever it reads.
       n_epochs: passes over the corpus; None repeats forever. The streams run on from one epoch into
         the next; the last partial windows of a finite run are dropped.
       shuffle: shuffle the file order and the lines of each file, differently in each epoch and
@@ -336,11 +351,12 @@ def lm_windows(
         lines (blank ones included) instead, for files too large for memory.
 
     Returns:
-      A dataset of dicts: `char_ids_forward`, `char_ids_backward` int32 `[B, U, C]`;
+      A dataset of dicts: `char_ids_forward`, `char_ids_backward` int32 `[B, U, C]` (and/or `word_ids_forward`,
+      `word_ids_backward` `[B, U]`, as the encoder gives; `model_inputs` picks a direction's);
       `targets_forward`, `targets_backward` int32 `[B, U]`; `weights_forward`, `weights_backward`
       float32 `[B, U]` (all ones here). Its iterator is checkpointable (`tf.train.Checkpoint(iterator=...)`).
     """
-    files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars)
+    files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars, encoder)
     if n_epochs is not None and (not _is_int(n_epochs) or n_epochs < 1):
         raise ValueError(f"`n_epochs` must be None (repeat forever) or an integer >= 1; received {n_epochs!r}.")
     if shuffle_buffer is not None and (not _is_int(shuffle_buffer) or shuffle_buffer < 1):
@@ -358,11 +374,13 @@ def lm_windows(
         )
         for reverse in (False, True)
     ]
-    return _windows(streams, vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
+    return _windows(streams, vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars,
+                    encoder=encoder)
 
 
 def heldout_windows(
-    file_pattern: str, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int
+    file_pattern: str, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: Optional[int] = None,
+    encoder=None,
 ) -> tf.data.Dataset:
     """Windows over a held-out corpus: files in sorted order, no shuffle, one pass, nothing dropped.
 
@@ -370,7 +388,7 @@ def heldout_windows(
     `weights_forward` / `weights_backward` are 1 on real target positions and 0 on padding, so that
     summing the weighted losses counts every held-out token (n + 1 per sentence) exactly once.
     """
-    files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars)
+    files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars, encoder)
     none = tf.zeros([0], tf.int64)
     end = {"pairs": tf.zeros([0, _NUM_COLUMNS], tf.string), "sizes": none, "sentence": none, "offset": none}
     end["is_end"] = tf.constant(True)  # no sentence; tells the scan to flush what is left
@@ -379,11 +397,13 @@ def heldout_windows(
         .concatenate(tf.data.Dataset.from_tensors(end))
         for reverse in (False, True)
     ]  # both in file order, so both directions deal the same sentences to the same rows
-    return _windows(streams, vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
+    return _windows(streams, vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars,
+                    encoder=encoder)
 
 
 def sentence_windows(
-    file_pattern: str, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: int
+    file_pattern: str, vocab: Vocabulary, *, batch_size: int, unroll_steps: int, max_chars: Optional[int] = None,
+    encoder=None,
 ) -> tf.data.Dataset:
     """Windows over a held-out corpus with every sentence in a row of its own, as the exported module runs them.
 
@@ -394,7 +414,7 @@ def sentence_windows(
     group's first window, where every row starts a sentence and the evaluator starts from a zero state.
     Every token (n + 1 per sentence and direction) is weighted 1 exactly once.
     """
-    files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars)
+    files = _check_args(file_pattern, vocab, batch_size, unroll_steps, max_chars, encoder)
     sentences = []  # (tokens, line bytes as in the file)
     for path in files:
         with open_corpus(path) as f:
@@ -415,9 +435,17 @@ def sentence_windows(
         first = tf.range(tf.shape(forward[0])[0]) == 0
         return tf.data.Dataset.from_tensor_slices((forward, backward, first))
 
-    features = _features(vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars)
+    features = _features(vocab, batch_size=batch_size, unroll_steps=unroll_steps, max_chars=max_chars, encoder=encoder)
     windows = tf.data.Dataset.zip((stream(False), stream(True))).flat_map(_plain(group_windows))
     return windows.map(
         _plain(lambda forward, backward, first: {**features(forward, backward), "first": first}),
         num_parallel_calls=tf.data.AUTOTUNE,
     ).prefetch(tf.data.AUTOTUNE)
+
+
+MODEL_INPUTS = ("char_ids", "word_ids")
+
+
+def model_inputs(batch: dict, direction: str) -> dict:
+    """One direction's model inputs of a window dict: `{"char_ids": ..., "word_ids": ...}`, those it holds."""
+    return {key: batch[f"{key}_{direction}"] for key in MODEL_INPUTS if f"{key}_{direction}" in batch}

@@ -22,7 +22,8 @@ from absl import logging
 from elmo_tf.errors import CheckpointError, TrainingError, write_error_message
 from elmo_tf.layers.bilstm import DIRECTIONS
 from elmo_tf.training import data, health
-from elmo_tf.training.checkpoints import prune_checkpoints, resume_latest, save_checkpoint
+from elmo_tf.model.weights_io import save_lexicons
+from elmo_tf.training.checkpoints import LEXICONS_FILE, prune_checkpoints, resume_latest, save_checkpoint
 from elmo_tf.utils.files import atomic_write_json
 from elmo_tf.utils.progress import Progress
 
@@ -47,6 +48,8 @@ def write_run_files(trainer: Trainer) -> None:
     """A new run's `options.json`, `vocab.txt` (unless there) and `train_config.json` in its save_dir."""
     os.makedirs(trainer.save_dir, exist_ok=True)
     trainer.bilm_config.to_json_file(os.path.join(trainer.save_dir, "options.json"))
+    if trainer.bilm_config.layout == "efml":  # the model's own lexicons (a word-input biLM's: vocab.txt)
+        save_lexicons(trainer.lexicons, os.path.join(trainer.save_dir, LEXICONS_FILE))
     vocab_path = os.path.join(trainer.save_dir, "vocab.txt")
     if not os.path.exists(vocab_path):
         trainer.vocab.to_file(vocab_path)
@@ -93,7 +96,7 @@ class TrainingLoop:
             trainer.vocab,
             batch_size=trainer.global_batch,
             unroll_steps=tc.unroll_steps,
-            max_chars=trainer.bilm_config.char_cnn.max_characters_per_token,
+            encoder=trainer.model.encoder,
             n_epochs=tc.n_epochs,
             seed=tc.seed,
         )

@@ -24,6 +24,7 @@ from elmo_tf.layers.softmax import LMSoftmax, sample_log_uniform_unique
 from elmo_tf.model.bilm import BiLM
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.training.config import TRAIN_PRECISIONS, TrainConfig
+from elmo_tf.training.data import model_inputs
 
 
 class TrainStep:
@@ -48,7 +49,7 @@ class TrainStep:
     """
 
     def __init__(self, bilm_config: BiLMConfig, vocab_size: int, train_config: TrainConfig,
-                 strategy: tf.distribute.Strategy):
+                 strategy: tf.distribute.Strategy, lexicons=None):
         self.strategy = strategy
         self.train_config = train_config
         self.vocab_size = vocab_size
@@ -56,7 +57,7 @@ class TrainStep:
         self.use_sampled = train_config.n_negative_samples < vocab_size
         keras.utils.set_random_seed(train_config.seed)  # the initial weights follow the run's seed
         with strategy.scope():
-            self.model = BiLM(bilm_config, dropout=train_config.dropout, name="bilm",
+            self.model = BiLM(bilm_config, dropout=train_config.dropout, lexicons=lexicons, name="bilm",
                               dtype=TRAIN_PRECISIONS[train_config.precision])
             self.model.build()
             self.softmax = LMSoftmax(vocab_size, bilm_config.lstm.output_dim, name="softmax")
@@ -168,8 +169,8 @@ class TrainStep:
             self.state_structure, [tf.cast(s[start : start + rows], dt) for s, dt in zip(states, self._state_dtypes)])
         seed = tf.random.experimental.stateless_fold_in(dropout_seed, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
         forward, backward, final = self.model.lm_outputs(
-            local["char_ids_forward"], local["char_ids_backward"], initial_state=initial, training=True, dropout_seed=seed
-        )
+            model_inputs(local, "forward"), model_inputs(local, "backward"), initial_state=initial, training=True,
+            dropout_seed=seed)
         losses = []
         for d, (outputs, targets) in enumerate(((forward, local["targets_forward"]), (backward, local["targets_backward"]))):
             h = tf.cast(tf.reshape(outputs, [-1, outputs.shape[-1]]), tf.float32)  # [b * U, h]; the softmax is float32

@@ -28,6 +28,7 @@ from elmo_tf.errors import CheckpointError, UnhealthyCheckpointError
 from elmo_tf.layers.bilstm import DIRECTIONS
 from elmo_tf.model.bilm import BiLM
 from elmo_tf.model.config import BiLMConfig
+from elmo_tf.text.encoders import Lexicons
 from elmo_tf.text.vocab import Vocabulary
 from elmo_tf.training import data, health
 from elmo_tf.training.checkpoints import (
@@ -35,6 +36,7 @@ from elmo_tf.training.checkpoints import (
     checkpoint_prefixes,
     checkpoint_step,
     is_weights_folder,
+    model_lexicons,
     restore_checkpoint,
 )
 from elmo_tf.training.config import TrainConfig, training_options
@@ -52,6 +54,8 @@ class Trainer:
       train_config: optimisation settings.
       save_dir: checkpoints, `options.json`, `vocab.txt`, `train_config.json`, TensorBoard logs.
       strategy: a `tf.distribute.Strategy` (default: the default strategy, one device).
+      lexicons: the model's own lexicons (an ELMoForManyLangs model's); default: a word-input biLM reads `vocab`,
+        and a run resumed in `save_dir` keeps its own (`checkpoints.model_lexicons`).
 
     Attributes (what a step updates, built by `TrainStep`, and checkpointed): `model`, `softmax`, `variables` (their
     trainable weights), `optimizer`, `step` (the global step), `states` (the carried LSTM states of the global batch's
@@ -65,14 +69,16 @@ class Trainer:
         train_config: TrainConfig,
         save_dir: str,
         strategy: Optional[tf.distribute.Strategy] = None,
+        lexicons: Optional[Lexicons] = None,
     ):
         self.strategy = strategy or tf.distribute.get_strategy()
         self.vocab = vocab
         self.train_config = train_config
         self.save_dir = save_dir
         self.bilm_config = training_options(bilm_config, vocab, train_config)
+        self.lexicons = lexicons if lexicons is not None else model_lexicons(self.bilm_config, save_dir, vocab)
         self.num_replicas = self.strategy.num_replicas_in_sync
-        self._train_step = TrainStep(self.bilm_config, vocab.size, train_config, self.strategy)
+        self._train_step = TrainStep(self.bilm_config, vocab.size, train_config, self.strategy, self.lexicons)
         parts = self._train_step  # what a step updates, under the names the callers and the checkpoints use
         self.model, self.softmax, self.variables = parts.model, parts.softmax, parts.variables
         self.optimizer, self.step, self.states = parts.optimizer, parts.step, parts.states
@@ -131,7 +137,7 @@ class Trainer:
     # -- the current weights ----------------------------------------------------------------------
     def inference_model(self) -> BiLM:
         """A copy of the trained biLM for inference and export: no dropout, plain (non-distributed) variables."""
-        model = BiLM(self.bilm_config, name="bilm")
+        model = BiLM(self.bilm_config, lexicons=self.lexicons, name="bilm")
         model.build()
         model.set_weights(self.model.get_weights())
         return model
@@ -142,7 +148,7 @@ class Trainer:
         if self.train_config.precision == "float32":
             return self.model
         if self._eval_copy is None:
-            self._eval_copy = BiLM(self.bilm_config, name="bilm")
+            self._eval_copy = BiLM(self.bilm_config, lexicons=self.lexicons, name="bilm")
             self._eval_copy.build()
         self._eval_copy.set_weights(self.model.get_weights())
         return self._eval_copy
@@ -151,8 +157,8 @@ class Trainer:
     def _eval_step(self, model, batch, states):
         initial = tf.nest.pack_sequence_as(self._train_step.state_structure, states)
         forward, backward, final = model.lm_outputs(
-            batch["char_ids_forward"], batch["char_ids_backward"], initial_state=initial, training=False
-        )
+            data.model_inputs(batch, "forward"), data.model_inputs(batch, "backward"), initial_state=initial,
+            training=False)
         sums = []
         for outputs, d in ((forward, "forward"), (backward, "backward")):
             h = tf.reshape(outputs, [-1, outputs.shape[-1]])
@@ -192,7 +198,7 @@ class Trainer:
             self.vocab,
             batch_size=batch_size,
             unroll_steps=self.train_config.unroll_steps,
-            max_chars=self.bilm_config.char_cnn.max_characters_per_token,
+            encoder=self.model.encoder,
         )
         model = self._float32_model()
         zero = tf.nest.flatten(model.bilstm.zero_state(batch_size))

@@ -34,7 +34,9 @@ def initialise_from(trainer: Trainer, source: str) -> None:
         options_file, weight_file = (source.split(",", 1) if "," in source else
                                      (os.path.join(source, "options.json"), os.path.join(source, "weights.hdf5")))
         _check_same_architecture(trainer.bilm_config, BiLMConfig.from_json_file(options_file), source)
-        load_weights(trainer.model, weight_file)
+        table = os.path.join(os.path.dirname(weight_file), "embedding.hdf5")  # a word-input biLM's word table
+        load_weights(trainer.model, weight_file, table if trainer.model.config.layout == "bilm_tf" and
+                     trainer.model.word_embed is not None and os.path.isfile(table) else None)
         vocab_file = os.path.join(os.path.dirname(weight_file), "vocab.txt")
         if "," in source or not os.path.isfile(vocab_file):
             logging.info("Initialised the biLM from %s (the softmax starts fresh).", weight_file)
@@ -74,10 +76,16 @@ def _copy_softmax_rows(softmax: LMSoftmax, vocab: Vocabulary, old_vocab: Vocabul
 
 
 def _check_same_architecture(mine: BiLMConfig, theirs: BiLMConfig, source: str) -> None:
-    same_chars = dataclasses.replace(theirs.char_cnn, n_characters=mine.char_cnn.n_characters)  # 261 == 262
-    if (mine.char_cnn, mine.lstm) != (same_chars, theirs.lstm):
+    def network(config: BiLMConfig) -> BiLMConfig:  # what the weights' shapes follow (not the training fields, the
+        # trained mix, nor n_characters 261 vs 262, which mean the same model)
+        cnn = config.char_cnn
+        if cnn is not None and not cnn.char_lexicon:
+            cnn = dataclasses.replace(cnn, n_characters=262)
+        return dataclasses.replace(config, char_cnn=cnn, training={}, mix=None)
+
+    if network(mine) != network(theirs):
         raise ConfigError(
             f"Cannot initialise from {source!r}: its architecture differs from this run's "
-            f"(char_cnn {theirs.char_cnn} / lstm {theirs.lstm} vs {mine.char_cnn} / {mine.lstm}). "
-            "Use its options file for this run."
+            f"(char_cnn {theirs.char_cnn} / lstm {theirs.lstm} / {theirs.layout} layout vs {mine.char_cnn} / "
+            f"{mine.lstm} / {mine.layout}). Use its options file for this run."
         )
