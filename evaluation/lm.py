@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -99,14 +100,42 @@ def prepare_corpus(train_glob: str, heldout_glob: str, out_dir: str, tokenizer: 
     }
 
 
+def holds_softmax(model_dir: str) -> bool:
+    """Whether `model_dir` has a softmax and its vocab.txt: a training directory, or a folder of weight files whose
+    weights.hdf5 holds one (the published biLMs; not the original's files nor a converted ELMoForManyLangs or TF1 hub
+    model)."""
+    import h5py
+
+    from elmo_tf.model.weights_io import SOFTMAX_WEIGHTS
+    from elmo_tf.training.checkpoints import is_weights_folder
+
+    if not os.path.isfile(os.path.join(model_dir, "vocab.txt")):
+        return False
+    if not is_weights_folder(model_dir):
+        return True
+    with h5py.File(os.path.join(model_dir, "weights.hdf5"), "r") as f:
+        return SOFTMAX_WEIGHTS in f
+
+
+def kept_vocab(model_dir: str, config) -> Optional[str]:
+    """The vocab.txt that continued pretraining from `model_dir` keeps (`config`: its options): that of its softmax
+    (`holds_softmax`), or a word-input biLM's, whose vocabulary is its input lexicon too. None otherwise: the run
+    builds one from its corpus and starts a fresh softmax."""
+    vocab = os.path.join(model_dir, "vocab.txt")
+    word_input = config.layout == "bilm_tf" and config.word_table is not None
+    return vocab if os.path.isfile(vocab) and (word_input or holds_softmax(model_dir)) else None
+
+
 def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eval_every: int, seed: int, preset: str = "small",
              options_file: Optional[str] = None, score_heldout_files: bool = True, init_from: Optional[str] = None,
-             learning_rate: Optional[float] = None):
+             learning_rate: Optional[float] = None, training_fields: Optional[dict] = None):
     """Trains a biLM (resuming from save_dir), evaluating held-out perplexity every `eval_every` steps into curve.json.
 
-    `init_from`: continued pretraining from another training directory (the trainer's warm start; its vocab.txt is
-    used when save_dir has none); the curve then starts at the first `eval_every` step (the starting model's
-    perplexity is the caller's to measure). `learning_rate`: instead of the recipe's.
+    `init_from`: continued pretraining from another training directory or a folder of weight files (the trainer's
+    warm start; the vocabulary `kept_vocab` names is used when save_dir has none, else one is built from the corpus
+    and the softmax starts fresh); the curve then starts at the first `eval_every` step (the starting model's
+    perplexity is the caller's to measure). `learning_rate`: instead of the recipe's. `training_fields`: training
+    fields of the options (the original's names: batch_size, unroll_steps, ...) that replace those of `options_file`.
 
     Stops at `steps` or after `max_minutes` of training in this call (checkpoint kept), whichever comes first; when
     it reached `steps` and `score_heldout_files`, each whole held-out file is scored. Returns (summary dict, the
@@ -116,13 +145,16 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
     from elmo_tf.model import presets
     from elmo_tf.model.config import BiLMConfig
     from elmo_tf.text.vocab import Vocabulary
+    from elmo_tf.training.checkpoints import LEXICONS_FILE, model_lexicons
 
     os.makedirs(save_dir, exist_ok=True)
     config = BiLMConfig.from_json_file(options_file) if options_file else presets.preset(preset)
+    if training_fields:
+        config = dataclasses.replace(config, training={**config.training, **training_fields})
     recipe = config.training
     vocab_file = os.path.join(save_dir, "vocab.txt")
-    if init_from and not os.path.exists(vocab_file):
-        shutil.copyfile(os.path.join(init_from, "vocab.txt"), vocab_file)
+    if init_from and not os.path.exists(vocab_file) and kept_vocab(init_from, config):
+        shutil.copyfile(kept_vocab(init_from, config), vocab_file)
     if os.path.exists(vocab_file):
         vocab = Vocabulary.from_file(vocab_file)
     else:
@@ -136,7 +168,10 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
         checkpoint_every=max(1, min(100, eval_every)),
         **({} if learning_rate is None else {"learning_rate": learning_rate}),
     )
-    trainer = training.Trainer(config, vocab, train_config, save_dir, training.make_strategy())
+    lexicons = None  # an ELMoForManyLangs model's own lexicons, from the model a new run starts from (as train.py does)
+    if config.layout == "efml" and init_from and not os.path.isfile(os.path.join(save_dir, LEXICONS_FILE)):
+        lexicons = model_lexicons(config, init_from)
+    trainer = training.Trainer(config, vocab, train_config, save_dir, training.make_strategy(), lexicons=lexicons)
     curve_path = os.path.join(save_dir, "curve.json")
     curve = json.load(open(curve_path)) if os.path.exists(curve_path) else {"points": [], "train_loss": []}
     start = time.time()
@@ -241,14 +276,17 @@ def module_protocol_perplexity(save_dir: str, path: str) -> dict:
 
 
 def adapt_lm(general_dir: str, corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eval_every: int, seed: int,
-             learning_rate: Optional[float] = None):
-    """Domain adaptation as in the ELMo paper: the biLM of `general_dir` trained on for `steps` more steps on a task's
-    unlabelled training texts (`task_corpus`), its vocabulary and its options (shape and training fields) kept.
-    Returns (summary with the dev perplexity before and after, module protocol; the adapted `BiLM`)."""
-    before = module_protocol_perplexity(general_dir, corpus["heldout_file"])
+             learning_rate: Optional[float] = None, training_fields: Optional[dict] = None):
+    """Domain adaptation as in the ELMo paper: the biLM of `general_dir` (a training directory or a folder of weight
+    files) trained on for `steps` more steps on a task's unlabelled training texts (`task_corpus`), its options kept
+    (its shape; its training fields unless `training_fields` replaces them), and its softmax with its vocabulary when
+    it has one, else a fresh softmax over the task's words (`kept_vocab`).
+    Returns (summary with the dev perplexity before (None without a softmax: the biLM cannot score words) and after,
+    module protocol; the adapted `BiLM`)."""
+    before = module_protocol_perplexity(general_dir, corpus["heldout_file"]) if holds_softmax(general_dir) else None
     summary, bilm = train_lm(corpus, save_dir, steps=steps, max_minutes=max_minutes, eval_every=eval_every, seed=seed,
                              options_file=os.path.join(general_dir, "options.json"), score_heldout_files=False,
-                             init_from=general_dir, learning_rate=learning_rate)
+                             init_from=general_dir, learning_rate=learning_rate, training_fields=training_fields)
     if summary["complete"]:
         summary.update(dev_before=before, dev_after=module_protocol_perplexity(save_dir, corpus["heldout_file"]))
     return summary, bilm

@@ -1,4 +1,4 @@
-"""The evaluation's stages and their order: from the published biLMs to docs/RESULTS.md.
+"""The evaluation's stages and their order: from the evaluated biLMs to docs/RESULTS.md.
 
 `run(settings)` is what `evaluate.py` calls; `settings` holds the values of evaluate.py's flags by name (their help
 texts document each). Every stage's outputs are recorded in `run_dir/state/STAGE.json`, and a stage recorded there is
@@ -8,10 +8,13 @@ Stages:
   corpus_en/zh  LM corpora from data/ (Chinese re-split into characters) and a held-out sample
   lm_en/zh      (not run by default) a `small` biLM per language trained from scratch, published to
                 pretrained/ with its model card: how the published biLMs were made
-  module_en/zh  the published biLM exported as a hub module (trainable=all)
+  module_en/zh  the language's biLM (the published one, or --bilm_en / --bilm_zh: evaluation/bilm_source.py) exported
+                as a hub module (trainable=all); a biLM of another format also converted to a folder of weight
+                files, which the adaptation starts from
   w2v_en/zh     gensim word2vec on the same corpus and tokens
-  adapt_<task>  the published biLM trained on on the task's unlabelled training texts (domain adaptation, as the
-                paper did), dev perplexity before and after; exported, with a random-weight biLM of the same shape
+  adapt_<task>  the language's biLM trained on on the task's unlabelled training texts (domain adaptation, as the
+                paper did), dev perplexity before (when it has a softmax) and after; exported, with a random-weight
+                biLM of the same shape
   clf_<task>    per task, every variant x size x seed (evaluation/downstream.py, in a tf_keras process)
   cli_check     python -m elmo_tf.evaluate_classifier on one saved classifier, against the pipeline's number
   polysemy      'bank' and 苹果 in two senses each, per layer
@@ -51,6 +54,10 @@ STAGES = ("corpus_en", "corpus_zh", "lm_en", "lm_zh", "module_en", "module_zh", 
 DEFAULT_STAGES = tuple(s for s in STAGES if not s.startswith("lm_"))
 # The task model without ELMo, with the general, the domain-adapted and a random-weight biLM, and the reference rows.
 DEFAULT_VARIANTS = ("e_word2vec", "f_tfidf", "g_task", "h_task_elmo", "i_task_elmo_adapted", "j_task_elmo_random")
+# The adaptation's training fields, the same for every biLM (those the published small biLMs were trained with), so
+# that --adapt_steps is the same number of tokens whichever biLM is adapted; the biLM's shape is its own.
+ADAPT_TRAINING = {"batch_size": 32, "unroll_steps": 20, "n_negative_samples_batch": 2048, "dropout": 0.1,
+                  "all_clip_norm_val": 10.0}
 
 
 def banner(msg: str) -> None:
@@ -59,6 +66,44 @@ def banner(msg: str) -> None:
 
 def published_dir(settings, lang: str) -> str:
     return os.path.join(os.path.abspath(settings.pretrained_dir), LANGS[lang]["name"])
+
+
+def given_bilm(settings, lang: str) -> str:
+    """--bilm_<lang>, the biLM folder given in place of the published one ("" when none)."""
+    return getattr(settings, f"bilm_{lang}", "") or ""
+
+
+def bilm_dir(settings, lang: str) -> str:
+    """The folder of the biLM a language is evaluated with: --bilm_<lang>, else the published one."""
+    given = given_bilm(settings, lang)
+    return os.path.abspath(os.path.expanduser(given)) if given else published_dir(settings, lang)
+
+
+def bilm_problem(settings, lang: str) -> str | None:
+    """Why the language's biLM cannot be used (not a format we read, or tokens that do not fit its tasks), or None."""
+    from elmo_tf.errors import InputError
+    from evaluation.bilm_source import detect_bilm, fit_problem
+
+    flag = f"--bilm_{lang}" if given_bilm(settings, lang) else f"The published {LANGS[lang]['language']} biLM"
+    try:
+        source = detect_bilm(bilm_dir(settings, lang))
+    except InputError as e:
+        return f"{flag}: {e}"
+    for task in (t for t, spec in TASKS.items() if spec["lang"] == lang):
+        problem = fit_problem(source, LANGS[lang]["tokenizer"], f"Task {task}")
+        if problem:
+            return f"{flag}: {problem}"
+    return None
+
+
+def recorded_bilm(run_dir: str, lang: str) -> str | None:
+    """The biLM folder the module stage of `run_dir` recorded for `lang` (None when it has not run)."""
+    path = os.path.join(os.path.abspath(run_dir), "state", f"module_{lang}.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        state = json.load(f)
+    return state.get("bilm", {}).get("path") or state.get("folder")  # (runs before --bilm_<lang> recorded the folder)
 
 
 def usage_problem(settings) -> str | None:
@@ -76,10 +121,24 @@ def usage_problem(settings) -> str | None:
             return f"--{name} has {sorted(extra)}, which are not in --{subset_of}={','.join(getattr(settings, subset_of))}."
     for lang in LANGS:
         folder = published_dir(settings, lang)
-        if (f"module_{lang}" in settings.stages and f"lm_{lang}" not in settings.stages
-                and not os.path.isfile(os.path.join(folder, "weights.hdf5"))):
+        if given_bilm(settings, lang):
+            if f"lm_{lang}" in settings.stages:
+                return (f"--bilm_{lang} replaces the published {LANGS[lang]['language']} biLM, which stage lm_{lang} "
+                        f"trains: drop one of them.")
+        elif f"lm_{lang}" in settings.stages:
+            continue  # the published biLM is (re)made by this run
+        elif f"module_{lang}" in settings.stages and not os.path.isfile(os.path.join(folder, "weights.hdf5")):
             return (f"Stage module_{lang} exports the published biLM {folder}, which has no weights.hdf5; add lm_{lang} to "
-                    "--stages to train it, or give --pretrained_dir.")
+                    f"--stages to train it, give --pretrained_dir, or give a biLM with --bilm_{lang}.")
+        if f"module_{lang}" in settings.stages or given_bilm(settings, lang):
+            problem = bilm_problem(settings, lang)
+            if problem:
+                return problem
+        recorded = recorded_bilm(settings.run_dir, lang)
+        if recorded and os.path.abspath(recorded) != bilm_dir(settings, lang):
+            return (f"--run_dir {os.path.abspath(settings.run_dir)} holds a run of the {LANGS[lang]['language']} biLM "
+                    f"{recorded}; this command evaluates {bilm_dir(settings, lang)}. Give another --run_dir (a run folder "
+                    "holds one biLM per language).")
     return None
 
 
@@ -170,17 +229,34 @@ class Pipeline:
         return {"folder": folder, "card": card}
 
     def module(self, lang: str) -> dict:
-        """The published biLM as a hub module, and its card's record of training and held-out figures."""
-        from elmo_tf import ExportOptions, export_module, load_original
-        from evaluation import publish
+        """The language's biLM (`bilm_dir`) as a hub module; the folder of weight files its adaptation starts from (the
+        biLM's own when the trainer reads it as it is, else the biLM converted into run_dir/bilms/LANG); what the run
+        records of it (`BiLMSource.record`, the reader's notes) and, for a published biLM, its card and curve."""
+        import shutil
 
-        folder = published_dir(self.s, lang)
-        card = publish.read_card(folder)
+        from elmo_tf import ExportOptions, export_module
+        from elmo_tf.export.hub import export_hdf5
+        from elmo_tf.training.checkpoints import is_weights_folder
+        from evaluation import publish
+        from evaluation.bilm_source import detect_bilm
+
+        source = detect_bilm(bilm_dir(self.s, lang))
+        loaded = source.read()
+        for note in loaded.notes:
+            print(f"  {note}", flush=True)
         module = os.path.join(self.run_dir, "modules", lang)
         os.makedirs(os.path.dirname(module), exist_ok=True)
-        bilm = load_original(os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5"))
-        export_module(bilm, module, export_options=ExportOptions(trainable="all", tokenizer=LANGS[lang]["tokenizer"]))
-        return {"module": module, "folder": folder, "card": card, "curve": os.path.join(folder, "curve.json")}
+        export_module(loaded.bilm, module, export_options=ExportOptions(trainable="all", tokenizer=LANGS[lang]["tokenizer"]))
+        folder = source.path
+        if source.kind != "original" or not is_weights_folder(folder):  # (AllenNLP's file names, other formats)
+            folder = os.path.join(self.run_dir, "bilms", lang)
+            shutil.rmtree(folder, ignore_errors=True)  # derived from the biLM alone: written whole
+            os.makedirs(os.path.dirname(folder), exist_ok=True)
+            export_hdf5(loaded.bilm, folder)
+        curve = os.path.join(source.path, "curve.json")
+        return {"module": module, "folder": folder, "bilm": source.record(), "notes": list(loaded.notes),
+                "card": publish.read_card(source.path) if source.published else None,
+                "curve": curve if source.published and os.path.isfile(curve) else None}
 
     def word2vec(self, lang: str, corpus: dict) -> dict:
         from evaluation.lm import train_word2vec
@@ -192,8 +268,8 @@ class Pipeline:
         return info
 
     def adapt(self, task: str, general: dict) -> dict:
-        """Domain adaptation of the task's published biLM (continued pretraining on its unlabelled training texts),
-        exported, and a random-weight biLM of the same shape exported beside it (variant (j))."""
+        """Domain adaptation of the task's biLM (continued pretraining of `general`'s folder on the task's unlabelled
+        training texts), exported, and a random-weight biLM of the same shape exported beside it (variant (j))."""
         import keras
 
         from elmo_tf import ExportOptions, export_module
@@ -207,24 +283,26 @@ class Pipeline:
         save_dir = os.path.join(self.run_dir, "adapt", task, "lm")
         summary, bilm = adapt_lm(general["folder"], corpus, save_dir, steps=self.s.adapt_steps,
                                  max_minutes=self.s.lm_max_minutes, eval_every=self.s.adapt_eval_every, seed=self.s.seed,
-                                 learning_rate=self.s.adapt_learning_rate)
+                                 learning_rate=self.s.adapt_learning_rate, training_fields=ADAPT_TRAINING)
         if not summary["complete"]:
             print(f"\n  {task} adaptation stopped at step {summary['steps']} of {self.s.adapt_steps} (--lm_max_minutes="
                   f"{self.s.lm_max_minutes}); run the same command again to continue from its checkpoint.", flush=True)
             sys.exit(3)
         before, after = summary["dev_before"], summary["dev_after"]
-        print(f"  {task} dev perplexity (module protocol): {before['perplexity']:.1f} before, {after['perplexity']:.1f} after "
+        before = "no softmax" if before is None else f"{before['perplexity']:.1f}"
+        print(f"  {task} dev perplexity (module protocol): {before} before, {after['perplexity']:.1f} after "
               f"{self.s.adapt_steps} steps", flush=True)
         options = ExportOptions(trainable="all", tokenizer=tokenizer)
         modules = {"module_adapted": os.path.join(self.run_dir, "modules", f"{task}_adapted"),
                    "module_random": os.path.join(self.run_dir, "modules", f"{task}_random")}
+        os.makedirs(os.path.join(self.run_dir, "modules"), exist_ok=True)
         export_module(bilm, modules["module_adapted"], export_options=options)
         keras.utils.set_random_seed(self.s.seed)
-        random_bilm = BiLM(bilm.config, name="bilm")  # the initialisers training starts from
+        random_bilm = BiLM(bilm.config, lexicons=bilm.lexicons, name="bilm")  # the initialisers training starts from
         random_bilm.build()
         export_module(random_bilm, modules["module_random"], export_options=options)
         summary.update(modules, corpus=corpus, curve=os.path.join(save_dir, "curve.json"), general_module=general["module"],
-                       train_lines=corpus["train_lines"])
+                       train_lines=corpus["train_lines"], bilm=general.get("bilm"), training=ADAPT_TRAINING)
         return summary
 
     def classifier_spec(self, task: str, module: str, vectors: str, adapted: dict | None, threads: int,

@@ -335,14 +335,26 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
     s = results["setup"]
     lm = results["lm"]
     lines = ["# Results: what elmo_tf's embeddings buy on small sentiment tasks", "", FRAMING, ""]
+    others = [f"the {LANGUAGES[lang]} biLM is `{shown_path(r['bilm']['path'])}` ({r['bilm']['description']}), given "
+              f"with `--bilm_{lang}`" for lang, r in lm.items() if r.get("given")]
+    if others:
+        lines += ["**In this run** " + "; ".join(others) + ", in place of the published one: what the paragraph above "
+                  "says of the published biLMs does not apply to it.", ""]
     lines += ["## Set-up (this run)", ""]
     lines += ["| | English | Chinese |", "|---|---|---|"]
-    def trained(r: dict) -> str:
-        return f"{r['steps']:,} steps, {r['minutes']:.0f} min, {r['tokens_seen']:,} tokens"
 
-    lines.append(f"| biLM (`{s['preset']}` preset, published in `pretrained/`) | {trained(lm['en'])} | {trained(lm['zh'])} |")
-    lines.append(f"| LM corpus | {lm['en']['train_lines']:,} sentences, words | "
-                 f"{lm['zh']['train_lines']:,} sentences, characters (`cjk_chars`) |")
+    def bilm(r: dict) -> str:
+        reads = f"; reads `{r['bilm']['tokens']}` tokens" if r["bilm"].get("tokens") else ""
+        named = f"`{shown_path(r['bilm']['path'])}` ({r['bilm']['description']}{reads})"
+        if "steps" in r:
+            named += f": `{s['preset']}` preset, {r['steps']:,} steps, {r['minutes']:.0f} min, {r['tokens_seen']:,} tokens"
+        return named
+
+    def corpus(r: dict, tokens: str) -> str:
+        return f"{r['train_lines']:,} sentences, {tokens}" if "train_lines" in r else "— (not trained here)"
+
+    lines.append(f"| biLM | {bilm(lm['en'])} | {bilm(lm['zh'])} |")
+    lines.append(f"| LM corpus of the biLM | {corpus(lm['en'], 'words')} | {corpus(lm['zh'], 'characters (`cjk_chars`)')} |")
     for lang in ("en", "zh"):
         for file, r in lm[lang].get("heldout", {}).items():
             cells = ["", ""]
@@ -366,11 +378,17 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
     for task, a in results.get("adaptation", {}).items():
         cells = ["", ""]
         before, after = a["dev_before"], a["dev_after"]
+        if before is None:  # no softmax to start from: a fresh one over the task's words, no figure before
+            change = (f"dev perplexity after: {after['perplexity']:.1f} (forward {after['perplexity_forward']:.1f}, backward "
+                      f"{after['perplexity_backward']:.1f}; {after['tokens']:,} tokens); none before: the biLM came without "
+                      "a softmax, so a fresh one was trained")
+        else:
+            change = (f"dev perplexity {before['perplexity']:.1f} → {after['perplexity']:.1f} (forward "
+                      f"{before['perplexity_forward']:.1f} → {after['perplexity_forward']:.1f}, backward "
+                      f"{before['perplexity_backward']:.1f} → {after['perplexity_backward']:.1f}; {after['tokens']:,} tokens)")
         cells[0 if task.startswith("en") else 1] = (
-            f"{a['steps']:,} steps ({a['tokens_seen']:,} tokens, {a['minutes']:.0f} min) on {a['train_lines']:,} training texts; "
-            f"dev perplexity {before['perplexity']:.1f} → {after['perplexity']:.1f} (forward {before['perplexity_forward']:.1f} → "
-            f"{after['perplexity_forward']:.1f}, backward {before['perplexity_backward']:.1f} → {after['perplexity_backward']:.1f}; "
-            f"{after['tokens']:,} tokens)")
+            f"{a['steps']:,} steps ({a['tokens_seen']:,} tokens, {a['minutes']:.0f} min) on {a['train_lines']:,} training "
+            f"texts; {change}")
         lines.append(f"| biLM adapted to `{task}` (continued pretraining) | {cells[0]} | {cells[1]} |")
     b = s["budget"]
     lines += ["", f"Classifiers (a)-(c), (e): mean of each layer over the sentence's tokens, standardised per layer and dimension "
@@ -458,12 +476,13 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
                 w = results["tasks"][t][v][size]["mix_weights_mean"]
                 lines.append(f"| {t} | {VARIANT_LABELS[v]} (n={size}) | " + " | ".join(f"{x:.3f}" for x in w) + " |")
     lines += ["", f"![mix weights]({images['mix_weights']})", ""]
-    lines += ["## Perplexity while training (the published biLMs)", "",
-              "Held-out perplexity on the curve's sample (full softmax, the state carried across its sentences), training "
-              "perplexity (sampled softmax) as 500-step means, and for English the original bilm-tf trainer's curve and "
-              "held-out figures with the same recipe and corpus (5,453 steps). The whole files' figures in both protocols "
-              "are in each model card (`pretrained/*/MODEL_CARD.md`).", "",
-              f"![perplexity]({images['curves']})", ""]
+    if "curves" in images:
+        lines += ["## Perplexity while training (the published biLMs)", "",
+                  "Held-out perplexity on the curve's sample (full softmax, the state carried across its sentences), training "
+                  "perplexity (sampled softmax) as 500-step means, and for English the original bilm-tf trainer's curve and "
+                  "held-out figures with the same recipe and corpus (5,453 steps). The whole files' figures in both protocols "
+                  "are in each model card (`pretrained/*/MODEL_CARD.md`).", "",
+                  f"![perplexity]({images['curves']})", ""]
     lines += ["## Polysemy: one word, two senses, per layer", "",
               "Cosine similarity of the word's vectors within a sense and between senses, and leave-one-out "
               "nearest-centroid accuracy (0.5 = chance; layer 0 is context-free, so every occurrence has the same vector).", "",
@@ -494,6 +513,31 @@ def write_markdown(path: str, results: dict, images: dict) -> None:
         f.write("\n".join(lines))
 
 
+LANGUAGES = {"en": "English", "zh": "Chinese"}
+
+
+def shown_path(path: str) -> str:
+    """A biLM's folder as the page shows it: relative to the repository when inside it (pretrained/english_small)."""
+    from evaluation.pipeline import HERE
+
+    relative = os.path.relpath(path, HERE)
+    return path if relative.startswith("..") else relative
+
+
+def bilm_record(module_state: dict, settings, lang: str) -> dict:
+    """What the report says of a language's biLM: its folder and kind (`bilm`), whether it was given with --bilm_<lang>
+    (`given`), and for a published biLM its card's training figures and held-out perplexities."""
+    from evaluation.pipeline import given_bilm
+
+    bilm = module_state.get("bilm") or {"path": module_state["folder"], "kind": "original",  # (runs recorded before
+                                        "description": "a published elmo_tf biLM", "tokens": None}  # --bilm_<lang>)
+    record = {"bilm": bilm, "given": bool(given_bilm(settings, lang)), "folder": os.path.relpath(module_state["folder"])}
+    card = module_state.get("card")
+    if card:
+        record.update(card["training"], heldout=card["heldout"])
+    return record
+
+
 def run_span_minutes(state_dir: str, states: dict) -> float | None:
     """The run's wall time, from the first stage's start to the last one's end, whatever the invocations: each stage's
     state file is written as it ends (its time) and holds the stage's seconds. None: no stage recorded."""
@@ -522,10 +566,9 @@ def write_report(pipeline, states: dict, started: float) -> dict:
     classifier_dir = os.path.join(pipeline.run_dir, "classifiers")
     tasks = [t for t in TASKS if f"clf_{t}" in states]
     summary = summarize(classifier_dir, tasks, list(settings.variants))
-    cards = {lang: states[f"module_{lang}"]["card"] for lang in LANGS}
-    lm = {lang: dict(card["training"], heldout=card["heldout"], folder=os.path.relpath(states[f"module_{lang}"]["folder"]))
-          for lang, card in cards.items()}
-    curves = {lang: json.load(open(states[f"module_{lang}"]["curve"])) for lang in LANGS}
+    lm = {lang: bilm_record(states[f"module_{lang}"], pipeline.s, lang) for lang in LANGS}
+    curves = {lang: json.load(open(states[f"module_{lang}"]["curve"])) for lang in LANGS
+              if states[f"module_{lang}"].get("curve")}
     mix_rows = [size_row for rows in summary.values() for v, by_size in rows.items() if v in MIXED
                 for size_row in by_size.values()]
     n_layers = len(mix_rows[0]["mix_weights_mean"]) if mix_rows else 3
@@ -540,6 +583,7 @@ def write_report(pipeline, states: dict, started: float) -> dict:
     results = {
         "setup": {
             "preset": "small",
+            "bilms": {lang: lm[lang]["bilm"] for lang in LANGS},
             "seeds": [int(x) for x in settings.seeds],
             "sizes": [int(n) for n in settings.sizes],
             "ft_sizes": [int(n) for n in settings.ft_sizes],
@@ -569,12 +613,14 @@ def write_report(pipeline, states: dict, started: float) -> dict:
     }
     write_json(os.path.join(classifier_dir, "results.json"), results)
     shutil.copyfile(os.path.join(classifier_dir, "results.json"), os.path.join(res_dir, "results.json"))
-    images = {"mix_weights": "results/mix_weights.png", "curves": "results/perplexity.png"}
+    images = {"mix_weights": "results/mix_weights.png"}
     names = {"en": "English (words)", "zh": "Chinese (characters)"}
-    plot_curves({names[lang]: curves[lang] for lang in LANGS}, os.path.join(docs_dir, images["curves"]),
-                reference={names["en"]: reference} if reference else None,
-                full={names[lang]: {f: r["carried_state"] | {"tokens": r["tokens"]} for f, r in lm[lang]["heldout"].items()}
-                      for lang in LANGS})
+    if curves:  # the published biLMs' training curves (a biLM given with --bilm_<lang> has none)
+        images["curves"] = "results/perplexity.png"
+        plot_curves({names[lang]: curve for lang, curve in curves.items()}, os.path.join(docs_dir, images["curves"]),
+                    reference={names["en"]: reference} if reference and "en" in curves else None,
+                    full={names[lang]: {f: r["carried_state"] | {"tokens": r["tokens"]} for f, r in lm[lang]["heldout"].items()}
+                          for lang in curves})
     for task, rows in summary.items():
         images[f"learning_{task}"] = f"results/learning_{task}.png"
         plot_learning_curves(rows, task, os.path.join(docs_dir, images[f"learning_{task}"]))

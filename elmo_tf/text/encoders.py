@@ -168,14 +168,14 @@ class EfmlEncoder(TokenEncoder):
         self.has_chars, self.has_words = chars is not None, words is not None
         c = conventions
         self.sentence_tokens = (c.sentence_start, c.sentence_end)
-        for name, lexicon in (("character", chars), ("word", words)):
-            missing = [e for e in (c.sentence_start, c.sentence_end, c.unknown, c.padding) if lexicon is not None
-                       and e not in lexicon]
-            if missing:
-                raise ValueError(f"An ELMoForManyLangs {name} lexicon must hold {missing}.")
+        # What its batching looks up without a fallback: the unknown entry in both lexicons; in the character
+        # lexicon also the sentence tokens, the word markers and the padding (a missing sentence word is unknown).
+        if words is not None and c.unknown not in words:
+            raise ValueError(f"An ELMoForManyLangs word lexicon must hold {[c.unknown]}.")
         if chars is not None:
             chars = list(chars)
-            missing = [e for e in (c.word_start, c.word_end) if e not in chars]
+            missing = [e for e in (c.sentence_start, c.sentence_end, c.unknown, c.padding, c.word_start, c.word_end)
+                       if e not in chars]
             if missing:
                 raise ValueError(f"An ELMoForManyLangs character lexicon must hold {missing}.")
             self.char_table = _table(chars, default=chars.index(c.unknown) + 1)
