@@ -145,7 +145,6 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
     from elmo_tf.model import presets
     from elmo_tf.model.config import BiLMConfig
     from elmo_tf.text.vocab import Vocabulary
-    from elmo_tf.training.checkpoints import LEXICONS_FILE, model_lexicons
 
     os.makedirs(save_dir, exist_ok=True)
     config = BiLMConfig.from_json_file(options_file) if options_file else presets.preset(preset)
@@ -168,10 +167,7 @@ def train_lm(corpus: dict, save_dir: str, *, steps: int, max_minutes: float, eva
         checkpoint_every=max(1, min(100, eval_every)),
         **({} if learning_rate is None else {"learning_rate": learning_rate}),
     )
-    lexicons = None  # an ELMoForManyLangs model's own lexicons, from the model a new run starts from (as train.py does)
-    if config.layout == "efml" and init_from and not os.path.isfile(os.path.join(save_dir, LEXICONS_FILE)):
-        lexicons = model_lexicons(config, init_from)
-    trainer = training.Trainer(config, vocab, train_config, save_dir, training.make_strategy(), lexicons=lexicons)
+    trainer = training.Trainer(config, vocab, train_config, save_dir, training.make_strategy(), init_from=init_from)
     curve_path = os.path.join(save_dir, "curve.json")
     curve = json.load(open(curve_path)) if os.path.exists(curve_path) else {"points": [], "train_loss": []}
     start = time.time()

@@ -145,15 +145,17 @@ def restore_softmax(save_dir: str, step: Optional[int] = None):
 LEXICONS_FILE = "lexicons.hdf5"  # a run's model lexicons, when its model has its own (ELMoForManyLangs')
 
 
-def model_lexicons(config: BiLMConfig, folder: str, vocab: Optional[Vocabulary] = None) -> Lexicons:
+def model_lexicons(config: BiLMConfig, folder: str, vocab: Optional[Vocabulary] = None,
+                   start: Optional[str] = None) -> Lexicons:
     """The lexicons a model of `config` reads, as a run or a folder of weight files keeps them: a word-input biLM's
     are its vocabulary (`vocab`, else the folder's vocab.txt); an ELMoForManyLangs model's are in the folder's
-    `lexicons.hdf5` (a run) or `weights.hdf5` (a converted folder); a character biLM of the original has none."""
+    `lexicons.hdf5` (a run) or `weights.hdf5` (a converted folder), or, for a new run, in the folder it `start`s
+    from; a character biLM of the original has none."""
     from elmo_tf.model.weights_io import load_lexicons
 
     if config.layout == "efml":
-        for name in (LEXICONS_FILE, "weights.hdf5"):
-            path = os.path.join(folder, name)
+        folders = [folder] + ([start] if start and "," not in start else [])
+        for path in (os.path.join(f, name) for f in folders for name in (LEXICONS_FILE, "weights.hdf5")):
             if os.path.isfile(path) and (lexicons := load_lexicons(path)) != Lexicons():
                 return lexicons
         raise ConfigError(f"{folder!r}: an ELMoForManyLangs model reads its own lexicons, and neither {LEXICONS_FILE} "

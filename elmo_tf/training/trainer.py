@@ -55,7 +55,9 @@ class Trainer:
       save_dir: checkpoints, `options.json`, `vocab.txt`, `train_config.json`, TensorBoard logs.
       strategy: a `tf.distribute.Strategy` (default: the default strategy, one device).
       lexicons: the model's own lexicons (an ELMoForManyLangs model's); default: a word-input biLM reads `vocab`,
-        and a run resumed in `save_dir` keeps its own (`checkpoints.model_lexicons`).
+        a run resumed in `save_dir` keeps its own, a new run takes those of the folder it starts from, `init_from`
+        (`checkpoints.model_lexicons`).
+      init_from: the model a new run will start from (`train(init_from=...)`), where its lexicons are found.
 
     Attributes (what a step updates, built by `TrainStep`, and checkpointed): `model`, `softmax`, `variables` (their
     trainable weights), `optimizer`, `step` (the global step), `states` (the carried LSTM states of the global batch's
@@ -70,13 +72,14 @@ class Trainer:
         save_dir: str,
         strategy: Optional[tf.distribute.Strategy] = None,
         lexicons: Optional[Lexicons] = None,
+        init_from: Optional[str] = None,
     ):
         self.strategy = strategy or tf.distribute.get_strategy()
         self.vocab = vocab
         self.train_config = train_config
         self.save_dir = save_dir
         self.bilm_config = training_options(bilm_config, vocab, train_config)
-        self.lexicons = lexicons if lexicons is not None else model_lexicons(self.bilm_config, save_dir, vocab)
+        self.lexicons = lexicons if lexicons is not None else model_lexicons(self.bilm_config, save_dir, vocab, init_from)
         self.num_replicas = self.strategy.num_replicas_in_sync
         self._train_step = TrainStep(self.bilm_config, vocab.size, train_config, self.strategy, self.lexicons)
         parts = self._train_step  # what a step updates, under the names the callers and the checkpoints use

@@ -23,7 +23,6 @@ from absl import logging
 from elmo_tf.errors import InputError
 from elmo_tf.model.bilm import BiLM
 from elmo_tf.training import health, run_length, setup
-from elmo_tf.training.checkpoints import LEXICONS_FILE, model_lexicons
 from elmo_tf.training.config import recipe_config
 from elmo_tf.training.strategy import make_strategy
 from elmo_tf.training.trainer import Trainer, checkpoint_health, require_healthy, restore_trainer
@@ -105,10 +104,7 @@ def train_and_export(
     estimate = run_length.DurationEstimate(steps if run_length.cpu_only(strategy) else None, say)
     if train_config.precision == "bfloat16" and machine.bfloat16_warning():
         say(machine.bfloat16_warning())
-    lexicons = None  # a new run of an ELMoForManyLangs model takes its lexicons from the folder it starts from
-    if config.layout == "efml" and init_checkpoint and not os.path.isfile(os.path.join(save_dir, LEXICONS_FILE)):
-        lexicons = model_lexicons(config, init_checkpoint)
-    trainer = Trainer(config, vocab, train_config, save_dir, strategy, lexicons=lexicons)
+    trainer = Trainer(config, vocab, train_config, save_dir, strategy, init_from=init_checkpoint)
     summary = trainer.train(train_prefix, heldout_prefix or None, on_step=estimate, init_from=init_checkpoint,
                             total_steps=steps)
     logging.info("Finished: %s", json.dumps(summary))
