@@ -17,7 +17,14 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 def machine() -> dict[str, Any]:
     from elmo_tf.utils import machine as machine_info
 
-    return {**machine_info.describe(), "onednn": _onednn_enabled(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {**machine_info.describe(), "onednn": _onednn_enabled(), "env": threading_env(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def threading_env() -> dict[str, str]:
+    """The environment variables that steer oneDNN and the thread pools (ONEDNN_*, TF_ENABLE_ONEDNN_OPTS, OMP_*, ...)."""
+    prefixes = ("ONEDNN_", "DNNL_", "TF_ENABLE_ONEDNN", "TF_NUM_", "OMP_", "KMP_", "MKL_")
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
 
 
 def _onednn_enabled() -> bool:

@@ -29,6 +29,19 @@ def kind(op_type: str) -> str:
 def op_times(run_step: Callable[[], None], steps: int) -> dict[str, float]:
     """Runs `run_step` `steps` times under the profiler; returns ms per step of each kind's kernels
     (`products`, `casts`, `other`, `all`) and `kernels per step`."""
+    by_kernel, count = kernel_times(run_step, steps)
+    ms = collections.Counter()
+    for kernel, value in by_kernel.items():
+        ms[kind(kernel.rsplit(":", 1)[1])] += value
+    result = {k: ms[k] for k in ("products", "casts", "other")}
+    result["all"] = sum(result.values())
+    result["kernels per step"] = count
+    return result
+
+
+def kernel_times(run_step: Callable[[], None], steps: int) -> tuple[dict[str, float], float]:
+    """Runs `run_step` `steps` times under the profiler; returns (ms per step of each kernel, keyed by the profiler's
+    `node name:Type`, e.g. `.../char_cnn/conv_2/Conv2D:_MklConv2D`, kernels per step)."""
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -50,9 +63,6 @@ def op_times(run_step: Callable[[], None], steps: int) -> dict[str, float]:
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
                 if ":" in name and "::" not in name:  # ("ExecutorState::Process" spans the kernels it runs)
-                    ms[kind(name.rsplit(":", 1)[1])] += event.duration_ps / 1e9 / steps
+                    ms[name] += event.duration_ps / 1e9 / steps
                     count += 1
-    result = {k: ms[k] for k in ("products", "casts", "other")}
-    result["all"] = sum(result.values())
-    result["kernels per step"] = count / steps
-    return result
+    return dict(ms), count / steps

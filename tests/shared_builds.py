@@ -86,3 +86,24 @@ def copy_of(export: str, target: Path) -> Path:
     """A private copy of a shared export, for a test that changes or moves it."""
     shutil.copytree(export, target)
     return target
+
+
+def command_export(args: list[str]) -> Path:
+    """The folder `export.py ARGS --export_dir=FOLDER` writes, run once in a child process per distinct command line
+    (and per content of the files it names) and shared by every test that runs the same command (read-only).
+
+    `args` must not name --export_dir. A failing export raises AssertionError with the command's output."""
+    import subprocess
+    import sys
+
+    assert not any(a.startswith("--export_dir") for a in args), args
+    named = [Path(a.split("=", 1)[1]) for a in args if a.startswith("--") and "=" in a]
+    inputs = [f for p in named if p.exists() for f in ([p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file()))]
+    key = hashlib.sha256(" ".join(args).encode()).hexdigest()[:10]
+
+    def build(target: Path) -> None:
+        result = subprocess.run([sys.executable, "export.py", *args, f"--export_dir={target}"], cwd=REPO,
+                                capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, f"export.py {' '.join(args)} failed:\n{result.stderr[-3000:]}"
+
+    return build_once(f"cmd{key}", inputs, build)
