@@ -6,8 +6,8 @@
     python export.py --efml_dir=zhs.model --export_dir=elmo_zhs                   # ELMoForManyLangs
     python export.py --tf1_hub_dir=elmo_3 --export_dir=elmo_tf2                   # TF-Hub's TF1-format modules
 
-The result loads with `tf.saved_model.load`, `hub.KerasLayer`, `keras.layers.TFSMLayer`,
-`saved_model_cli` and TF Serving. See `elmo_tf/export/hub.py` for the signatures and outputs.
+The result loads with `tf.saved_model.load`, `hub.KerasLayer`, `keras.layers.TFSMLayer`, `saved_model_cli` and TF
+Serving (signatures and outputs: `elmo_tf/export/hub.py`); the readers of each format: `elmo_tf/model/readers.py`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
 from elmo_tf.commands.flag_checks import check_float, check_number_list, run_command  # noqa: E402
 
-# The model: either the original files, or a training directory of train.py.
+# The model: its files (the original's, ELMoForManyLangs', a TF1 module), or a training directory of train.py.
 flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout).")
 flags.DEFINE_string("weight_file", None, "The model's weights.hdf5 (original bilm-tf layout).")
 flags.DEFINE_string("efml_dir", None, "An ELMoForManyLangs model folder (config.json, char.dic, word.dic, "
@@ -40,7 +40,6 @@ flags.DEFINE_bool("allow_unhealthy", False, "With --checkpoint_dir: export even 
                   "check failed (one direction degenerate when run from a zero state, as the module runs it).")
 flags.DEFINE_string("health_sample", None, "With --checkpoint_dir: check the checkpoint now on this text file (one "
                     "sentence per line) instead of using the check recorded in training.")
-# Output.
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "hdf5"],
                   "saved_model: the TF-Hub module; hdf5: options.json + weights.hdf5 in the original layout (from "
                   "--checkpoint_dir also the softmax, in the same file, and vocab.txt: a folder that train.py "
@@ -65,27 +64,29 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     files = [f for f in ("options_file", "weight_file", "efml_dir", "tf1_hub_dir", "embedding_file", "vocab_file")
              if FLAGS[f].value]
-    if files and FLAGS.checkpoint_dir:
-        raise app.UsageError(f"Give either --checkpoint_dir or the model's files, not both (found --{files[0]}).")
-    if not files and not FLAGS.checkpoint_dir:
-        raise app.UsageError("--options_file and --weight_file (or --checkpoint_dir, --efml_dir, --tf1_hub_dir) are "
-                             "required.")
     checkpoint_only = ("checkpoint_step", "allow_unhealthy", "health_sample")
-    if files and any(FLAGS[name].present for name in checkpoint_only):
-        raise app.UsageError(f"--{', --'.join(checkpoint_only)} apply to --checkpoint_dir only.")
-    if FLAGS.health_sample and not os.path.isfile(FLAGS.health_sample):
-        raise app.UsageError(f"--health_sample={FLAGS.health_sample} is not a file.")
-    mix_weights = [float(w) for w in FLAGS.mix_weights] if FLAGS.mix_weights else None  # numbers: checked at parsing
     saved_model_only = ("trainable", "layer_norm", "mix_weights", "l2_coef", "tokenizer", "version", "precision")
-    if FLAGS.format == "hdf5" and any(FLAGS[name].present for name in saved_model_only):
-        raise app.UsageError(f"--{', --'.join(saved_model_only)} apply to --format=saved_model only.")
-    if FLAGS.precision == "bfloat16" and FLAGS.trainable == "all":
-        raise app.UsageError("--precision=bfloat16 stores the biLM's weights in bfloat16, too coarse for fine-tuning "
-                             "updates: export --trainable=all in float32, or a bfloat16 module with --trainable=mix|none.")
+    problems = [  # flags that do not go together: one error line, exit status 2, as every other refusal here
+        (len(argv) > 1, f"Unexpected arguments: {argv[1:]}"),
+        (files and FLAGS.checkpoint_dir, f"Give either --checkpoint_dir or the model's files, not both (--{', --'.join(files)})."),
+        (not files and not FLAGS.checkpoint_dir, "--options_file and --weight_file (or --checkpoint_dir, --efml_dir, "
+                                                 "--tf1_hub_dir) are required."),
+        (files and any(FLAGS[name].present for name in checkpoint_only),
+         f"--{', --'.join(checkpoint_only)} apply to --checkpoint_dir only."),
+        (FLAGS.health_sample and not os.path.isfile(FLAGS.health_sample),
+         f"--health_sample={FLAGS.health_sample} is not a file."),
+        (FLAGS.format == "hdf5" and any(FLAGS[name].present for name in saved_model_only),
+         f"--{', --'.join(saved_model_only)} apply to --format=saved_model only."),
+        (FLAGS.precision == "bfloat16" and FLAGS.trainable == "all", "--precision=bfloat16 stores the biLM's weights "
+         "in bfloat16, too coarse for fine-tuning updates: export --trainable=all in float32, or a bfloat16 module "
+         "with --trainable=mix|none."),
+    ]
+    for message in [message for bad, message in problems if bad][:1]:
+        logging.error("%s", message)
+        raise SystemExit(2)
+    mix_weights = [float(w) for w in FLAGS.mix_weights] if FLAGS.mix_weights else None  # numbers: checked at parsing
 
     import tensorflow as tf
 
@@ -141,8 +142,7 @@ def _checked_checkpoint(save_dir: str):
     return bilm
 
 
-def run() -> None:
-    """Console-script entry point."""
+def run() -> None:  # the console script
     run_command(main)
 
 
