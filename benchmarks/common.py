@@ -17,8 +17,18 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 def machine() -> dict[str, Any]:
     from elmo_tf.utils import machine as machine_info
 
-    return {**machine_info.describe(), "onednn": _onednn_enabled(), "env": threading_env(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {**machine_info.describe(), "cpu_vector_flags": vector_flags(), "onednn": _onednn_enabled(),
+            "env": threading_env(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def vector_flags() -> list[str]:
+    """Every vector / matrix feature flag of the CPU (/proc/cpuinfo: sse4*, avx*, fma, f16c, amx*), [] where not known."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return []
+    return sorted(f for f in line.partition(":")[2].split() if f.startswith(("sse4", "avx", "fma", "f16c", "amx")))
 
 
 def threading_env() -> dict[str, str]:
@@ -40,6 +50,24 @@ def peak_rss_mb() -> float:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
+
+
+def call_seconds(fn, repeats: int, min_seconds: float = 0.1) -> float:
+    """Median seconds of one call of `fn` (e.g. a tf.function returning a tensor) over `repeats` timed runs, each of
+    as many calls as fill `min_seconds` (at least 3), after one warm-up call."""
+    fn().numpy()
+    start, calls = time.perf_counter(), 0
+    while time.perf_counter() - start < min_seconds or calls < 3:
+        fn().numpy()
+        calls += 1
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = fn()
+        out.numpy()
+        times.append((time.perf_counter() - start) / calls)
+    return median(times)
 
 
 def embed_for(embedder, texts: Sequence[str], seconds: float) -> tuple[int, float, float]:

@@ -17,7 +17,6 @@ benchmarks/results/kernel_bounds.json.
 
 import os
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,21 +31,9 @@ flags.DEFINE_integer("repeats", 5, "Timed runs per kernel (median).")
 FLAGS = flags.FLAGS
 
 
-def seconds(fn, min_seconds: float = 0.3) -> float:
+def seconds(fn) -> float:
     """Median seconds of one call of `fn` (a tf.function returning a tensor)."""
-    fn().numpy()
-    start, calls = time.perf_counter(), 0
-    while time.perf_counter() - start < min_seconds / 3 or calls < 2:  # calls per timed run
-        fn().numpy()
-        calls += 1
-    times = []
-    for _ in range(FLAGS.repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            out = fn()
-        out.numpy()
-        times.append((time.perf_counter() - start) / calls)
-    return common.median(times)
+    return common.call_seconds(fn, FLAGS.repeats, 0.3)
 
 
 def main(argv):
@@ -55,7 +42,7 @@ def main(argv):
 
     from elmo_tf.model import presets
     from elmo_tf.model.bilm import BiLM
-    from elmo_tf.layers.projected_lstm import TRANSPOSED_FROM_BATCH
+    from elmo_tf.layers import layouts
 
     config = presets.preset(FLAGS.preset)
     model = BiLM(config)
@@ -72,15 +59,14 @@ def main(argv):
     input_per_row = seconds(tf.function(lambda: tf.matmul(x_chunk, w_input))) / lstm.chunk_rows
 
     chars = tf.random.stateless_uniform([256, config.char_cnn.max_characters_per_token], [5, 6], 1, 261, tf.int32)
-    token_fn = tf.function(lambda: model.embed_tokens(chars[None], tf.ones([1, 256], tf.bool)))
+    token_fn = tf.function(lambda: model.embed_tokens({"char_ids": chars[None]}, tf.ones([1, 256], tf.bool)))
     token_per_token = seconds(token_fn) / 256
 
     rows = []
     for batch in map(int, FLAGS.batch_sizes):
         m, u = rand(batch, h), rand(batch, units)
-        product = lstm.recurrent_product_fn(w_recurrent, batch >= TRANSPOSED_FROM_BATCH)  # the layer's own layout
-        recurrent = tf.function(lambda: product(m))
-        recurrent_s, projection_s = seconds(recurrent), seconds(tf.function(lambda: tf.matmul(u, projection)))
+        product, project = lstm.products(w_recurrent, projection, batch >= layouts.LARGE_FROM_BATCH)  # the layer's own
+        recurrent_s, projection_s = seconds(tf.function(lambda: product(m))), seconds(tf.function(lambda: project(u)))
         per_position = {
             "recurrent": n_lstms * recurrent_s / batch,
             "cell projection": n_lstms * projection_s / batch,

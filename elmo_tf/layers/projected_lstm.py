@@ -7,12 +7,10 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
+from elmo_tf.layers import layouts
 
 # The cell state c and the gate activations are float32 in every precision (see `_step`).
 CELL_DTYPE = tf.float32
-
-# From this many rows on, the recurrent product uses a transposed copy of the recurrent weight (see `_step`).
-TRANSPOSED_FROM_BATCH = 8
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
@@ -132,15 +130,15 @@ class ProjectedLSTM(keras.layers.Layer):
             valid = None if mask is None else tf.cast(mask, tf.bool)[:, :, None]  # [B, S, 1]
             outputs, c, m = self._unrolled(x.shape[1], valid, x, c, m, *weights)
             return outputs, (c, m)
-        # A static batch picks the recurrent weight's layout here, an unknown one at run time (see `_step`).
-        transposed = x.shape[0] >= TRANSPOSED_FROM_BATCH if x.shape[0] is not None else batch >= TRANSPOSED_FROM_BATCH
+        # A static batch picks the products' layouts here, an unknown one at run time (`layouts.product_fn`).
+        large = (x.shape[0] if x.shape[0] is not None else batch) >= layouts.LARGE_FROM_BATCH
         if sorted_lengths is not None:
-            return self._loop(steps, x, c, m, sorted_lengths, *weights, transposed=transposed)
+            return self._loop(steps, x, c, m, sorted_lengths, *weights, large=large)
         lengths = prefix_lengths(tf.ones([batch, steps], tf.bool) if mask is None else mask, "ProjectedLSTM")
         order = sort_order(lengths)
         back = tf.math.invert_permutation(order)
         x, c, m, lengths = (permute_rows(t, order) for t in (x, c, m, lengths))
-        outputs, (c, m) = self._loop(steps, x, c, m, lengths, *weights, transposed=transposed)
+        outputs, (c, m) = self._loop(steps, x, c, m, lengths, *weights, large=large)
         return permute_rows(outputs, back), (permute_rows(c, back), permute_rows(m, back))
 
     def loops(self, steps) -> bool:
@@ -150,10 +148,8 @@ class ProjectedLSTM(keras.layers.Layer):
     def _step(self, gates_x_t, c, m, recurrent_product, project):
         """One step from the carried (c, m); returns what the backward pass needs too.
 
-        `recurrent_product(m)` is `m @ W_0[D:]`, from the `[h, 4H]` slice of the kernel or from its transposed
-        copy `[4H, h]` (made once per call) for batches of `TRANSPOSED_FROM_BATCH` rows and more: oneDNN's CPU
-        kernels compute the product 1.6-2.4x faster from the transposed layout there, but slower at batch 1
-        (docs/PERFORMANCE.md). See `recurrent_product_fn`. `project(u)`: `u @ projection` (`projection_fn`), or None.
+        `recurrent_product(m)` is `m @ W_0[D:]` and `project(u)` is `u @ projection` (or None), each in the operand
+        layout this kind of CPU computes fastest at the batch's size (`products`, `layouts`).
 
         Returns:
           `(z, c_pre, u, m_pre)`: gates before activation `[B, 4H]`, cell before clipping `[B, H]`,
@@ -168,50 +164,15 @@ class ProjectedLSTM(keras.layers.Layer):
         m_pre = tf.cast(u, m.dtype) if project is None else project(u)
         return z, c_pre, u, m_pre
 
-    def recurrent_product_fn(self, w_recurrent, transposed, w_recurrent_t=None):
-        """`m -> m @ w_recurrent` (`[h, 4H]`) in the layout `transposed` picks: a Python bool, or a scalar bool
-        tensor when the batch size is known only at run time (then the step chooses with a `tf.cond`: the
-        loop is traced once, not once per layout). `w_recurrent_t`: the transposed copy, if already made.
-
-        Below `TRANSPOSED_FROM_BATCH` rows, a bfloat16 product is computed as `(w_recurrent_t @ m^T)^T`: with the
-        weight as the left operand oneDNN's bfloat16 kernel reads it ~1.7x faster than as `m @ w_recurrent`
-        (slower than float32's at batch 1), and a float32 product is fastest as it is (docs/PERFORMANCE.md)."""
-        column = w_recurrent.dtype == tf.bfloat16
-        if isinstance(transposed, bool):
-            if (transposed or column) and w_recurrent_t is None:
-                w_recurrent_t = tf.transpose(w_recurrent)
-            if transposed:
-                return lambda m: tf.matmul(m, w_recurrent_t, transpose_b=True)
-            if column:
-                return lambda m: weight_left_product(m, w_recurrent_t)
-            return lambda m: tf.matmul(m, w_recurrent)
-        if column:
-            w_t = tf.transpose(w_recurrent) if w_recurrent_t is None else w_recurrent_t
-            return lambda m: tf.cond(
-                transposed,
-                lambda: tf.matmul(m, w_t, transpose_b=True),
-                lambda: weight_left_product(m, w_t),
-            )
-        w_t = tf.cond(  # the copy only when it is used
-            transposed, lambda: tf.transpose(w_recurrent), lambda: tf.zeros([0, self.output_dim], w_recurrent.dtype)
-        )
-        return lambda m: tf.cond(
-            transposed, lambda: tf.matmul(m, w_t, transpose_b=True), lambda: tf.matmul(m, w_recurrent)
-        )
-
-    @staticmethod
-    def projection_fn(projection, transposed):
-        """`u -> u @ projection` (`u` cast to its dtype), or None without a projection. `transposed` as in
-        `recurrent_product_fn` (false: the batch is below `TRANSPOSED_FROM_BATCH` rows): below it, a bfloat16 product
-        is computed with the weight on the left, as the recurrent one is (1.6x faster there at batch 1)."""
+    def products(self, w_recurrent, projection, large, plans=None, w_recurrent_t=None):
+        """(`m -> m @ w_recurrent`, `u -> u @ projection` or None) in the layouts of `plans` (default: this CPU
+        kind's, `layouts.PLANS`) for the batch's size class `large` (a bool, or a scalar bool tensor)."""
+        recurrent = layouts.product_fn(w_recurrent, layouts.plan_for(w_recurrent.dtype, "recurrent", plans), large,
+                                       w_recurrent_t)
         if projection is None:
-            return None
-        plain = lambda u: tf.matmul(tf.cast(u, projection.dtype), projection)
-        if projection.dtype != tf.bfloat16 or transposed is True:
-            return plain
-        projection_t = tf.transpose(projection)  # [P, H]
-        column = lambda u: weight_left_product(tf.cast(u, projection.dtype), projection_t)
-        return column if transposed is False else (lambda u: tf.cond(transposed, lambda: plain(u), lambda: column(u)))
+            return recurrent, None
+        project = layouts.product_fn(projection, layouts.plan_for(projection.dtype, "projection", plans), large)
+        return recurrent, lambda u: project(tf.cast(u, projection.dtype))
 
     def _clip(self, value, clip):
         return value if clip is None else tf.clip_by_value(value, -clip, clip)
@@ -219,7 +180,7 @@ class ProjectedLSTM(keras.layers.Layer):
     def _proj_clip(self, projection):
         return self.proj_clip if projection is not None else None
 
-    def _loop(self, steps, x, c, m, lengths, kernel, bias, projection=None, transposed=False):
+    def _loop(self, steps, x, c, m, lengths, kernel, bias, projection=None, large=False):
         """Any length, in `tf.while_loop`s (gradients by autodiff), computing only on rows still running.
 
         The rows must come in order of decreasing `lengths` (`call` sorts them, or its caller did), so at
@@ -230,8 +191,7 @@ class ProjectedLSTM(keras.layers.Layer):
         steps (rows running at the chunk's start) is one matmul, then only the recurrent product runs per step.
         """
         w_input = kernel[: self.input_dim]  # [D, 4H]
-        recurrent_product = self.recurrent_product_fn(kernel[self.input_dim :], transposed)
-        project = self.projection_fn(projection, transposed)
+        recurrent_product, project = self.products(kernel[self.input_dim :], projection, large)
         proj_clip = self._proj_clip(projection)
         batch = tf.shape(x)[0]
         # n_t, the rows still running at step t, for t in [0, S] (n_S = 0 keeps an empty input safe).
@@ -298,7 +258,7 @@ class ProjectedLSTM(keras.layers.Layer):
         gradient as one large product over all steps.
         """
         d, cell_clip, proj_clip = self.input_dim, self.cell_clip, self._proj_clip(projection[0] if projection else None)
-        transposed = x.shape[0] is None or x.shape[0] >= TRANSPOSED_FROM_BATCH
+        large = x.shape[0] is None or x.shape[0] >= layouts.LARGE_FROM_BATCH
         valid = None if valid is None else tf.unstack(valid, steps, axis=1)  # S x [B, 1]
 
         @tf.custom_gradient
@@ -306,8 +266,7 @@ class ProjectedLSTM(keras.layers.Layer):
             projection = projection_arg[0] if projection_arg else None  # [H, P]
             w_input, w_recurrent_t = kernel[:d], tf.transpose(kernel[d:])  # [D, 4H], [4H, h]
             # The forward steps use the transposed copy the backward pass needs anyway, unless the batch is small.
-            recurrent_product = self.recurrent_product_fn(kernel[d:], transposed, w_recurrent_t)
-            project = self.projection_fn(projection, transposed)
+            recurrent_product, project = self.products(kernel[d:], projection, large, layouts.UNROLLED, w_recurrent_t)
             gates_x = tf.tensordot(x, w_input, 1) + bias  # [B, S, 4H]
             c, m = c0, m0
             outputs, saved = [], []
@@ -409,12 +368,6 @@ class ProjectedLSTM(keras.layers.Layer):
             chunk_rows=self.chunk_rows,
         )
         return config
-
-
-def weight_left_product(m, w_t):
-    """`m @ w` computed as `(w_t @ m^T)^T` from the transposed weight `w_t`: the weight as the left operand, the
-    layout in which oneDNN's bfloat16 kernels run products of a few rows fastest (see `recurrent_product_fn`)."""
-    return tf.transpose(tf.matmul(w_t, m, transpose_b=True))
 
 
 def prefix_lengths(mask, layer: str):

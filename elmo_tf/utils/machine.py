@@ -30,6 +30,22 @@ def cpu_model() -> str:
     return _cpuinfo().get("model name", "")
 
 
+def cpu_vendor() -> str:
+    """The processor's vendor ("vendor_id" in /proc/cpuinfo: GenuineIntel, AuthenticAMD, ...); "" where not known."""
+    return _cpuinfo().get("vendor_id", "")
+
+
+def cpu_kind() -> str:
+    """The kind of CPU the model's kernels behave alike on (docs/PERFORMANCE.md, "Speed by kind of CPU"):
+    "amx" (AMX bfloat16 tiles: recent Xeons), "avx512_bf16" (AVX-512 with bfloat16 vector instructions, no AMX:
+    AMD Zen 4 and later, Cooper Lake), "avx512" (AVX-512 without bfloat16), "avx2", or "other"."""
+    flags = set(cpu_flags())
+    for kind, needs in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")):
+        if needs in flags:
+            return kind
+    return "other"
+
+
 def cpu_flags() -> list[str]:
     """Which of `CPU_FLAGS` the processor has (from /proc/cpuinfo; [] where it is not known)."""
     present = set(_cpuinfo().get("flags", "").split())
@@ -74,7 +90,9 @@ def describe() -> dict[str, Any]:
 
     return {
         "cpu": platform.processor() or platform.machine(),
+        "cpu_vendor": cpu_vendor(),
         "cpu_model": cpu_model(),
+        "cpu_kind": cpu_kind(),
         "cpu_flags": cpu_flags(),
         "cpu_count": os.cpu_count(),
         "gpus": [d.name for d in tf.config.list_logical_devices("GPU")],
