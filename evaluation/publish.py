@@ -29,6 +29,17 @@ CARD_JSON, CARD_MD = "card.json", "MODEL_CARD.md"
 # Stored float16 when rounding it so changes the held-out perplexity by less than this fraction (the softmax is read
 # only by this project's trainer; the biLM's own weights stay float32, the type bilm-tf and AllenNLP expect).
 SOFTMAX_FLOAT16_TOLERANCE = 1e-3
+# A card's language -> the code in its module's name (`--export_dir=elmo_zh`): ISO 639-1, as the README and the guides
+# name the modules. A language not listed is refused before anything is written (`language_code`).
+LANGUAGE_CODES = {"English": "en", "Chinese": "zh"}
+
+
+def language_code(language: str) -> str:
+    """The ISO 639-1 code of `language` (a card's "language", e.g. "Chinese" -> "zh")."""
+    if language not in LANGUAGE_CODES:
+        raise ValueError(f"No language code for {language!r}: expected one of {sorted(LANGUAGE_CODES)} "
+                         "(add it to evaluation/publish.py LANGUAGE_CODES).")
+    return LANGUAGE_CODES[language]
 
 
 def plain_name(path: str) -> str:
@@ -121,16 +132,15 @@ def publish(save_dir: str, out_dir: str, *, name: str, language: str, tokenizer:
     model reads it (tokenized), measured into the card; `heldout_paths_in_repo`: the same files as a user of the
     repository gives them to `train.py --mode=eval` (in that order). `effect_sentences`: raw text for `float16_effect`.
     """
-    from elmo_tf.export.hub import export_hdf5
-    from elmo_tf.text.vocab import Vocabulary
-    from elmo_tf.training import restore_bilm, restore_softmax
+    from elmo_tf.export.run_folder import export_run
 
+    language_code(language)  # refused now, not after the work
     os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
     effect = float16_effect(save_dir, heldout_files[0], effect_sentences, tokenizer)
     change = max(abs(v) for v in effect["softmax_float16_perplexity_change"].values())
     softmax_dtype = "float16" if change < SOFTMAX_FLOAT16_TOLERANCE else "float32"
-    export_hdf5(restore_bilm(save_dir), out_dir, softmax=restore_softmax(save_dir),
-                vocab=Vocabulary.from_file(os.path.join(save_dir, "vocab.txt")), softmax_dtype=softmax_dtype)
+    # Unchecked: the card gives the zero-state perplexity of the published files beside the carried-state one.
+    export_run(save_dir, out_dir, format="hdf5", softmax_dtype=softmax_dtype, check_health=False)
     if curve:
         shutil.copyfile(curve, os.path.join(out_dir, "curve.json"))
     for path, in_repo in zip(heldout_files, heldout_paths_in_repo):  # held-out text that is not in the repository as read
@@ -171,6 +181,7 @@ def read_card(folder: str) -> dict:
 def model_card(card: dict, folder: str) -> str:
     """MODEL_CARD.md of a published biLM, from its card."""
     t, m, st = card["training"], card["machine"], card["storage"]
+    module_dir = "elmo_" + language_code(card["language"])
     export_flags = "" if card["tokenizer"] == "whitespace" else f" --tokenizer={card['tokenizer']}"
     rows = []
     for file, f in card["heldout"].items():
@@ -193,7 +204,7 @@ on {card['corpus']}. Tokens: {'whitespace-separated words' if card['tokenizer'] 
 
 ```bash
 .venv/bin/python export.py --options_file={folder}/options.json --weight_file={folder}/weights.hdf5 \\
-    --export_dir=elmo_{card['language'][:2].lower()}{export_flags}     # a TF-Hub module (README, "Pretrained biLMs")
+    --export_dir={module_dir}{export_flags}     # a TF-Hub module (README, "Use it from the command line")
 .venv/bin/python train.py --init_checkpoint={folder} --train_prefix='my_corpus/*.txt' ...   # continued pretraining
 ```
 

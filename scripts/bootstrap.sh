@@ -1,6 +1,7 @@
-# Sourced by run.sh and test.sh: makes sure the project's virtual environment exists and matches
-# $REQUIREMENTS (default requirements.txt; test.sh uses requirements-test.txt, which includes it),
-# re-installing only when those files changed, then sets PYTHON to its interpreter.
+# Makes sure the project's virtual environment exists and matches $REQUIREMENTS (default requirements.txt;
+# test.sh uses requirements-test.txt, which includes it), re-installing only when those files changed.
+# Sourced by run.sh and test.sh, it then sets PYTHON to the environment's interpreter and enters the repository;
+# run alone (`bash scripts/bootstrap.sh`, the README's Quick start) it only sets up .venv and says so.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ELMO_TF_VENV:-$ROOT/.venv}"
@@ -33,3 +34,6 @@ fi
 PYTHON="$VENV/bin/python"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
 cd "$ROOT"
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # run, not sourced
+  echo "Ready: $PYTHON (start it from $ROOT to import elmo_tf)"
+fi

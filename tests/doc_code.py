@@ -72,16 +72,12 @@ class Registered:
 
 
 RUN_BY_TESTS = {
+    "readme_quick_start": Registered("README.md", r"from elmo_tf import Embedder\n", "tests/docs/test_quick_start.py"),
     "readme_pretrained_commands": Registered(
         "README.md", r"\.venv/bin/python export\.py --options_file=pretrained/", "tests/downstream/test_publish.py",
         "bash"),
-    "readme_keras_text": Registered(
-        "README.md", re.escape("# Raw sentences -> ELMo sentence vectors"), "tests/export/test_keras_example.py"),
-    "readme_keras_tokens": Registered(
-        "README.md", re.escape("# Tokens + sequence_len -> ELMo per token"), "tests/export/test_keras_example.py"),
-    "readme_rest_client": Registered("README.md", r"import json\nimport urllib\.request\n",
-                                     "tests/serving/test_serve.py"),
-    "readme_grpc_client": Registered("README.md", r"import grpc\n", "tests/serving/test_grpc.py"),
+    "readme_keras": Registered("README.md", r"import os\nos\.environ\[\"TF_USE_LEGACY_KERAS\"\]",
+                               "tests/export/test_keras_example.py"),
     "embedding_read_hdf5": Registered("docs/EMBEDDING.md", r"import h5py, json\n", "tests/embedding/test_embed.py"),
     "embedding_embedder": Registered(
         "docs/EMBEDDING.md", r"from elmo_tf\.embedding\.embedder import Embedder\n", "tests/embedding/test_embed.py"),
@@ -95,10 +91,19 @@ RUN_BY_TESTS = {
                              "tests/export/test_keras_example.py"),
     "keras_load_original": Registered("docs/KERAS.md", r"import tensorflow as tf\nfrom elmo_tf import load_original\n",
                                       "tests/export/test_keras_example.py"),
+    "keras_tokens": Registered(
+        "docs/KERAS.md", re.escape("# Tokens + sequence_len -> ELMo per token"), "tests/export/test_keras_example.py"),
     "keras_task_model": Registered("docs/KERAS.md", r"from elmo_tf\.downstream import saved, task_model\n",
                                    "tests/downstream/test_task_model.py"),
     "serving_rest_calls": Registered("docs/SERVING.md", r"# Status: ", "tests/serving/test_serve.py", "bash"),
-    "serving_grpc_calls": Registered("docs/SERVING.md", r"import grpc\n", "tests/serving/test_grpc.py"),
+    "serving_rest_client": Registered("docs/SERVING.md", r"import json\nimport urllib\.request\n",
+                                      "tests/serving/test_serve.py"),
+    "serving_grpc_calls": Registered(
+        "docs/SERVING.md", r"import grpc\nimport tensorflow as tf\nfrom tensorflow_serving\.apis import \(",
+        "tests/serving/test_grpc.py"),
+    "serving_grpc_client": Registered(
+        "docs/SERVING.md", r"import grpc\nimport tensorflow as tf\nfrom tensorflow_serving\.apis import predict_pb2,",
+        "tests/serving/test_grpc.py"),
 }
 
 

@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags, logging  # noqa: E402
 
-from elmo_tf.commands.flag_checks import INT32_MAX, run_command  # noqa: E402
+from elmo_tf.utils.flag_checks import INT32_MAX, run_command  # noqa: E402
 from elmo_tf.commands.embed_flags import (  # noqa: E402
     EXIT_BAD_INPUT,
     define_output_flags,

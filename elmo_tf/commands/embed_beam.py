@@ -26,7 +26,7 @@ from elmo_tf.commands.embed_flags import (  # noqa: E402
     mix_weights_from_flags,
     usage_error,
 )
-from elmo_tf.commands.flag_checks import INT32_MAX, exit_on_flag_error, run_command  # noqa: E402
+from elmo_tf.utils.flag_checks import INT32_MAX, exit_on_flag_error, run_command  # noqa: E402
 
 # Required.
 flags.DEFINE_string("input_pattern", None, "Glob of UTF-8 text files, one sentence per line (any Beam filesystem; "

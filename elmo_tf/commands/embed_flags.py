@@ -6,9 +6,9 @@ from typing import Optional
 
 from absl import app, flags
 
-from elmo_tf.commands.flag_checks import EXIT_USAGE, check_float, check_number_list
+from elmo_tf.utils.flag_checks import EXIT_USAGE, check_float, check_number_list
 
-# Bad input exits with this code (as a bad flag value: elmo_tf/commands/flag_checks.py).
+# Bad input exits with this code (as a bad flag value: elmo_tf/utils/flag_checks.py).
 EXIT_BAD_INPUT = EXIT_USAGE
 
 

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags  # noqa: E402
 
-from elmo_tf.commands.flag_checks import INT32_MAX, run_command  # noqa: E402
+from elmo_tf.utils.flag_checks import INT32_MAX, run_command  # noqa: E402
 
 flags.DEFINE_string("model_dir", None, "A classifier folder written by evaluate.py (holds classifier.json).")
 flags.DEFINE_string("data", None, "TSV with a header naming `label` and `text` columns.")

@@ -7,7 +7,8 @@
     python export.py --tf1_hub_dir=elmo_3 --export_dir=elmo_tf2                   # TF-Hub's TF1-format modules
 
 The result loads with `tf.saved_model.load`, `hub.KerasLayer`, `keras.layers.TFSMLayer`, `saved_model_cli` and TF
-Serving (signatures and outputs: `elmo_tf/export/hub.py`); the readers of each format: `elmo_tf/model/readers.py`.
+Serving (signatures and outputs: `elmo_tf/export/hub.py`; a run folder's export: `elmo_tf/export/run_folder.py`);
+the readers of each format: `elmo_tf/model/readers.py`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags, logging  # noqa: E402
 
-from elmo_tf.commands.flag_checks import check_float, check_number_list, run_command  # noqa: E402
+from elmo_tf.utils.flag_checks import check_float, check_number_list, run_command  # noqa: E402
 
 # The model: its files (the original's, ELMoForManyLangs', a TF1 module), or a training directory of train.py.
 flags.DEFINE_string("options_file", None, "The model's options.json (original bilm-tf layout).")
@@ -91,55 +92,38 @@ def main(argv):
     import tensorflow as tf
 
     from elmo_tf import ConfigError, ExportError, ExportOptions, WeightFileError
-    from elmo_tf.export import hub as hub_export
-    from elmo_tf import training
     from elmo_tf.errors import TrainingError
+    from elmo_tf.export.folder import check_export_target
+    from elmo_tf.export.hdf5 import export_hdf5
+    from elmo_tf.export.hub import export_module
+    from elmo_tf.export.run_folder import export_run
     from elmo_tf.model.readers import read_bilm
 
     tf.get_logger().setLevel("WARNING")  # TF's own INFO lines about saving are noise here
     start = time.time()
     try:
-        target = FLAGS.export_dir if FLAGS.version is None else os.path.join(FLAGS.export_dir, str(FLAGS.version))
-        if FLAGS.version is None or os.path.isdir(FLAGS.export_dir):
-            hub_export.check_export_target(target)  # fail before the (possibly long) weight load
-        cache_tokens = None
+        export_options = None if FLAGS.format == "hdf5" else ExportOptions(
+            trainable=FLAGS.trainable, layer_norm=FLAGS.layer_norm, mix_weights=mix_weights, l2_coef=FLAGS.l2_coef,
+            tokenizer=FLAGS.tokenizer, version=FLAGS.version, precision=FLAGS.precision)
         if FLAGS.checkpoint_dir:
-            bilm = _checked_checkpoint(FLAGS.checkpoint_dir)
+            if FLAGS.allow_unhealthy:
+                logging.warning("--allow_unhealthy: exporting without the zero-state health check.")
+            path = export_run(FLAGS.checkpoint_dir, FLAGS.export_dir, format=FLAGS.format, step=FLAGS.checkpoint_step,
+                              export_options=export_options, check_health=not FLAGS.allow_unhealthy,
+                              health_sample=FLAGS.health_sample)
         else:
+            check_export_target(FLAGS.export_dir, FLAGS.version)  # fail before the (possibly long) weight load
             loaded = read_bilm(**{name: FLAGS[name].value for name in files})
-            bilm, cache_tokens = loaded.bilm, loaded.cache_tokens
             for note in loaded.notes:
                 logging.warning("%s", note)
-        if FLAGS.format == "hdf5" and FLAGS.checkpoint_dir:  # with the softmax and vocab.txt: a folder to train on from
-            from elmo_tf.text.vocab import Vocabulary
-
-            path = hub_export.export_hdf5(bilm, FLAGS.export_dir, softmax=training.restore_softmax(
-                FLAGS.checkpoint_dir, FLAGS.checkpoint_step), vocab=Vocabulary.from_file(
-                os.path.join(FLAGS.checkpoint_dir, "vocab.txt")))
-        elif FLAGS.format == "hdf5":
-            path = hub_export.export_hdf5(bilm, FLAGS.export_dir, cache_tokens=cache_tokens)
-        else:
-            export_options = ExportOptions(trainable=FLAGS.trainable, layer_norm=FLAGS.layer_norm,
-                                           mix_weights=mix_weights, l2_coef=FLAGS.l2_coef, tokenizer=FLAGS.tokenizer,
-                                           version=FLAGS.version, precision=FLAGS.precision)
-            path = hub_export.export_module(bilm, FLAGS.export_dir, export_options=export_options)
+            if export_options is None:
+                path = export_hdf5(loaded.bilm, FLAGS.export_dir, cache_tokens=loaded.cache_tokens)
+            else:
+                path = export_module(loaded.bilm, FLAGS.export_dir, export_options=export_options)
     except (ConfigError, WeightFileError, ExportError, TrainingError, OSError) as e:
         logging.error("%s", e)
         raise SystemExit(2) from None
     logging.info("Exported to %s in %.1f s.", path, time.time() - start)
-
-
-def _checked_checkpoint(save_dir: str):
-    """The BiLM of the checkpoint to export, after its zero-state health check (unless --allow_unhealthy)."""
-    from elmo_tf import training
-
-    bilm = training.restore_bilm(save_dir, FLAGS.checkpoint_step)  # a damaged checkpoint is reported as such first
-    if FLAGS.allow_unhealthy:
-        logging.warning("--allow_unhealthy: exporting without the zero-state health check.")
-    else:
-        record = training.require_healthy(save_dir, FLAGS.checkpoint_step, FLAGS.health_sample)
-        logging.info("Health check, %s", training.health.describe(record))
-    return bilm
 
 
 def run() -> None:  # the console script

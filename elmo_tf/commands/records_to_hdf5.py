@@ -17,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import flags, logging  # noqa: E402
 
 from elmo_tf.commands.embed_flags import EXIT_BAD_INPUT, usage_error  # noqa: E402
-from elmo_tf.commands.flag_checks import run_command  # noqa: E402
+from elmo_tf.utils.flag_checks import run_command  # noqa: E402
 
 flags.DEFINE_string("input_prefix", None, "The --output_prefix of a finished embed_beam run.")
 flags.DEFINE_string("output_file", None, "The HDF5 file to write (OUTPUT.partial until it is complete).")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from absl import app, flags, logging
 
-from elmo_tf.commands.flag_checks import EXIT_USAGE, INT32_MAX, check_float, run_command
+from elmo_tf.utils.flag_checks import EXIT_USAGE, INT32_MAX, check_float, run_command
 from elmo_tf.errors import ConfigError, ModelDirError, MonitoringConfigError
 from elmo_tf.serving import FLOAT_FORMATS, ServerOptions, serve
 

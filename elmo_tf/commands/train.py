@@ -16,7 +16,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
-from elmo_tf.commands.flag_checks import INT32_MAX, SEED_MAX, check_float, run_command  # noqa: E402
+from elmo_tf.utils.flag_checks import INT32_MAX, SEED_MAX, check_float, run_command  # noqa: E402
 from elmo_tf.errors import (ConfigError, CorpusError, ExportError, InputError, TrainingError, VocabError,  # noqa: E402
                             WeightFileError)
 from elmo_tf.utils.env import import_tensorflow  # noqa: E402
@@ -96,7 +96,7 @@ LIBRARY_FLAGS = ("preset", "options_file", "init_checkpoint", "vocab_file", "voc
 
 
 def _check_flags() -> None:
-    from elmo_tf.training.setup import init_checkpoint_problem
+    from elmo_tf.training.run_setup import init_checkpoint_problem
 
     if FLAGS.options_file and FLAGS["preset"].present:
         raise app.UsageError("Give either --preset or --options_file, not both.")
@@ -119,16 +119,16 @@ def main(argv):
     if not verbose:
         logging.set_verbosity(logging.WARNING)
     from elmo_tf import training
-    from elmo_tf.export import hub
+    from elmo_tf.export import folder, hub
 
     _check_flags()
     try:
         if FLAGS.mode == "eval":
             result = training.evaluate_run(FLAGS.save_dir, FLAGS.heldout_prefix)
         else:
-            training.setup.check_output_folders(FLAGS.save_dir, FLAGS.vocab_file, FLAGS.export_dir)
+            training.run_setup.check_output_folders(FLAGS.save_dir, FLAGS.vocab_file, FLAGS.export_dir)
             if FLAGS.export_dir:  # e.g. a folder of other files: refused now, not after training
-                hub.check_export_target(FLAGS.export_dir)
+                folder.check_export_target(FLAGS.export_dir)
             result = training.train_and_export(
                 FLAGS.train_prefix, FLAGS.save_dir, **{name: FLAGS[name].value for name in LIBRARY_FLAGS},
                 heldout_prefix=FLAGS.heldout_prefix or None,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -25,8 +25,9 @@ from absl import logging
 from elmo_tf.text import char_ids
 from elmo_tf.model.bilm import PRECISIONS, BiLM, with_precision
 from elmo_tf.utils import machine
-from elmo_tf.utils.files import recover_interrupted_folder, write_folder_atomically
-from elmo_tf.errors import ExportError, write_error_message
+from elmo_tf.errors import ExportError
+from elmo_tf.export.folder import check_export_target, write_export
+from elmo_tf.export.hdf5 import export_hdf5  # noqa: F401 (evaluation/pipeline.py imports it from here still)
 from elmo_tf.layers.scalar_mix import ScalarMix
 
 TRAINABLE_CHOICES = ("mix", "all", "none")
@@ -280,58 +281,13 @@ def module_readme(bilm: BiLM, export_options: ExportOptions) -> str:
     )
 
 
-def _is_export(path: str) -> bool:
-    """An earlier export of ours: a SavedModel, or the original-format pair."""
-    files = set(os.listdir(path))
-    return "saved_model.pb" in files or {"options.json", "weights.hdf5"} <= files
-
-
-def check_export_target(export_dir: str) -> None:
-    """Refuses to replace anything but an earlier export or an empty folder (never a user's other files)."""
-    if os.path.lexists(export_dir):
-        if not os.path.isdir(export_dir):
-            raise ExportError(f"Export target {export_dir!r} exists and is not a directory; choose another --export_dir.")
-        if os.listdir(export_dir) and not _is_export(export_dir):
-            raise ExportError(
-                f"Export target {export_dir!r} is a non-empty directory that is not an earlier export; refusing to "
-                "replace it. Choose an empty or new --export_dir."
-            )
-    parent = os.path.dirname(os.path.abspath(export_dir))
-    if not os.path.isdir(parent):
-        raise ExportError(f"The parent folder of --export_dir {export_dir!r} does not exist: {parent!r}.")
-    if not os.access(parent, os.W_OK):
-        raise ExportError(f"The parent folder of --export_dir {export_dir!r} is not writable: {parent!r}.")
-
-
-def recover_interrupted_export(export_dir: str) -> None:
-    """Cleans up after an export to `export_dir` whose process was killed (SIGKILL, power off) before it finished
-    (see `utils.files.recover_interrupted_folder`)."""
-    existed = os.path.lexists(export_dir)
-    recover_interrupted_folder(export_dir)
-    if not existed and os.path.lexists(export_dir):
-        logging.warning("Put back the previous export at %s: the export replacing it was interrupted.", export_dir)
-
-
-def _write_atomically(export_dir: str, write: Callable[[str, str], None]) -> str:
-    """`write_folder_atomically` for an export: only an earlier export or an empty folder is replaced, and a
-    failed write (a full disk) raises ExportError, the existing export kept."""
-    export_dir = os.path.abspath(export_dir)
-    recover_interrupted_export(export_dir)
-    check_export_target(export_dir)
-    try:
-        return write_folder_atomically(export_dir, write)
-    except (OSError, tf.errors.OpError) as e:
-        kept = "the existing export there is unchanged" if os.path.lexists(export_dir) else "nothing was written"
-        raise ExportError(f"{write_error_message(e, f'the export to {export_dir!r}')}; {kept}.") from None
-
-
 def export_module(
     bilm: BiLM,
     export_dir: str,
     *,
     export_options: ExportOptions = ExportOptions(),
 ) -> str:
-    """Writes `bilm` as a TF-Hub SavedModel to `export_dir`, atomically (see `_write_atomically`).
+    """Writes `bilm` as a TF-Hub SavedModel to `export_dir`, atomically (`folder.write_export`).
 
     Returns:
       the absolute path of the export.
@@ -376,57 +332,7 @@ def export_module(
     if export_options.version is not None:
         os.makedirs(export_dir, exist_ok=True)
         export_dir = os.path.join(export_dir, str(export_options.version))
-    return _write_atomically(export_dir, write)
-
-
-def export_hdf5(bilm: BiLM, export_dir: str, softmax=None, vocab=None, softmax_dtype: str = "float32",
-                cache_tokens: Optional[Sequence[str]] = None) -> str:
-    """Writes `options.json` + `weights.hdf5` in the original layout (readable by bilm-tf and AllenNLP), atomically.
-
-    With `softmax` (weights [V, P], bias [V]) and its `vocab` (a `Vocabulary`), the weight file also holds the
-    softmax (`softmax/W`, `softmax/b`, as `softmax_dtype`) and `vocab.txt` is written beside it: a folder that
-    continued pretraining (`train.py --init_checkpoint=FOLDER`) and held-out perplexity (`train.py --mode=eval
-    --save_dir=FOLDER`) start from.
-
-    What else the model needs goes where the original puts it: a word-input biLM's table in `embedding.hdf5` and its
-    vocabulary in `vocab.txt`; an ELMoForManyLangs model's lexicons in the weight file (`lexicon/chars`,
-    `lexicon/words`). With `cache_tokens` (a character biLM), `embedding.hdf5` holds the token layer of each of
-    those tokens and `vocab.txt` the tokens: the original's `dump_token_embeddings` output, for its token-input mode.
-    """
-    import numpy as np
-
-    from elmo_tf.model.weights_io import WORD_TABLE, save_weights, save_word_table
-    from elmo_tf.text.vocab import Vocabulary
-
-    if (softmax is None) != (vocab is None):
-        raise ValueError("export_hdf5: give the softmax and its vocabulary together.")
-    word_input = bilm.config.layout == "bilm_tf" and bilm.word_embed is not None
-    if cache_tokens is not None and bilm.char_cnn is None:
-        raise ExportError("A token table (embedding.hdf5 for the original's token-input mode) holds the character "
-                          "CNN's outputs: this biLM reads no characters.")
-    table = tokens = None
-    if word_input:
-        table, tokens = bilm.word_embed.embedding.numpy(), list(bilm.lexicons.words)
-    elif cache_tokens is not None:
-        tokens = list(cache_tokens)
-        table = np.concatenate([bilm.char_features(bilm.encoder.tokens(tf.constant(tokens[i : i + 1024]))["char_ids"])
-                                .numpy() for i in range(0, len(tokens), 1024)])
-    if tokens is not None and vocab is not None and list(vocab.words) != tokens:
-        raise ExportError("vocab.txt would have to hold both the softmax's vocabulary and the token table's rows, "
-                          "and they differ: export the table (--vocab_file) from the files, not from a checkpoint.")
-
-    def write(folder: str, scratch: str) -> None:
-        os.makedirs(folder)
-        bilm.config.to_json_file(os.path.join(folder, "options.json"))
-        save_weights(bilm, os.path.join(folder, "weights.hdf5"), softmax, softmax_dtype,
-                     skip=(WORD_TABLE,) if word_input else ())
-        if table is not None:
-            save_word_table(table, os.path.join(folder, "embedding.hdf5"))
-            Vocabulary(tokens).to_file(os.path.join(folder, "vocab.txt"))
-        elif vocab is not None:
-            vocab.to_file(os.path.join(folder, "vocab.txt"))
-
-    return _write_atomically(export_dir, write)
+    return write_export(export_dir, write)
 
 
 def export_original(

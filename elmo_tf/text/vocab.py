@@ -7,7 +7,7 @@ is still read in full and only predicted as `<UNK>`.
 
 Build one from a corpus (a glob of text files, one whitespace-tokenized sentence per line):
 
-    python -m elmo_tf.vocab --train_prefix='corpus/*.txt' --vocab_file=vocab.txt [--max_size=N] [--min_count=N]
+    python -m elmo_tf.vocab --train_prefix='corpus/*.txt' --vocab_file=vocab.txt [--vocab_size=N] [--min_count=N]
 """
 
 from __future__ import annotations

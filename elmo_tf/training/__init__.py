@@ -3,16 +3,18 @@
 `from elmo_tf import training` gives the public API of the part: `Trainer`, `TrainConfig`, `recipe_config`,
 `make_strategy`, `restore_trainer`, `restore_bilm`, `restore_softmax`, `checkpoint_prefixes`, `restore_checkpoint`,
 `is_weights_folder`, and the zero-state
-health check of a checkpoint: `checkpoint_health`, `require_healthy` (`health` holds its record and verdict);
-`run_length`: what bounds a run, about how many steps it takes, and how long on this machine; and what `train.py`
-does: `train_and_export` (train, check the final checkpoint, export it) and `evaluate_run` (`workflow.py`).
+health check of a checkpoint: `checkpoint_health`, `require_healthy` (`health`: this gate, and the check's record and
+verdict); `run_length`: what bounds a run, about how many steps it takes, and how long on this machine; `run_setup`:
+what a run starts from (options, vocabulary), checked before it starts; and what `train.py` does: `train_and_export`
+(train, check the final checkpoint, export it) and `evaluate_run` (`workflow.py`).
 """
 
-from elmo_tf.training import health, run_length, setup
+from elmo_tf.training import health, run_length, run_setup
 from elmo_tf.training.checkpoints import checkpoint_prefixes, is_weights_folder, restore_bilm, restore_checkpoint, restore_softmax
 from elmo_tf.training.config import TrainConfig, recipe_config, training_options
+from elmo_tf.training.health import checkpoint_health, require_healthy
 from elmo_tf.training.strategy import make_strategy
-from elmo_tf.training.trainer import Trainer, checkpoint_health, require_healthy, restore_trainer
+from elmo_tf.training.trainer import Trainer, restore_trainer
 from elmo_tf.training.workflow import evaluate_run, train_and_export
 
 __all__ = [
@@ -31,7 +33,7 @@ __all__ = [
     "restore_softmax",
     "restore_trainer",
     "run_length",
-    "setup",
+    "run_setup",
     "train_and_export",
     "training_options",
 ]

@@ -14,7 +14,7 @@ from elmo_tf.model.bilm import BiLM
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.text.encoders import Lexicons
 from elmo_tf.text.vocab import Vocabulary
-from elmo_tf.training import health
+from elmo_tf.training import health_check
 
 
 def checkpoint_prefixes(ckpt_dir: str) -> list[str]:
@@ -96,7 +96,7 @@ def prune_checkpoints(ckpt_dir: str, keep_checkpoints: int) -> None:
     prefixes = checkpoint_prefixes(ckpt_dir)
     steps = [checkpoint_step(p) for p in prefixes]
     keep = set(steps[-keep_checkpoints:])
-    keep.add(health.latest_healthy(health.read_records(ckpt_dir), steps))
+    keep.add(health_check.latest_healthy(health_check.read_records(ckpt_dir), steps))
     for prefix, step in zip(prefixes, steps):
         if step not in keep:
             # The index first: a checkpoint without it is never listed, so a crash here leaves no half of one.

@@ -1,136 +1,91 @@
-"""Is a checkpoint usable the way the exported module runs it? The zero-state health check and its record.
+"""Is a checkpoint usable the way the exported module runs it? The export's health gate, and the check it applies.
 
-The exported module (and `Embedder`, the server, `embed`) runs every sentence from a zero LSTM state, while
-training carries each row's state from window to window. At some checkpoints a direction started from zero
-falls into a degenerate regime (docs/TRAINING_AUDIT.md, "Zero-state collapse"). The check measures, per direction,
-the full-softmax perplexity of a small sample two ways: every sentence from a zero state (the module's
-protocol) and the file's rows continued from the states training carried to the checkpoint. A checkpoint is
-healthy when, in each direction, the zero-state figure is at most `MAX_RATIO` (by default; the run's
-`TrainConfig.health_max_ratio`) times the carried one, and the two directions' zero-state figures are within
-that factor of each other.
+`checkpoint_health` gives the zero-state health check of a run's checkpoint: the one recorded during training, else
+one run now on a sample; `require_healthy` refuses an unhealthy checkpoint, naming the latest healthy one. `train.py`
+and `export.py` pass a checkpoint to the exporter only through this gate (or with `--allow_unhealthy`).
 
-The sample is `health_sample.txt` in the run's folder (the held-out corpus's first lines, else the training
-corpus's), written once when the run starts; the records are `checkpoints/health.json`, one per checked step.
+The check it applies, with its sample, verdict, record and records file, is `health_check.py`: below the trainer,
+which measures the figures (`Trainer.check_health`), and used by the loop and the checkpoints. The gate sits above
+the trainer, since a checkpoint with no recorded check is restored to be checked. The check's names are re-exported
+here, so `from elmo_tf.training import health` gives both.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional
 
-import tensorflow as tf
+from absl import logging
 
-from elmo_tf.layers.bilstm import DIRECTIONS
-from elmo_tf.utils.files import atomic_write, atomic_write_json
+from elmo_tf.errors import UnhealthyCheckpointError
+from elmo_tf.training.checkpoints import checkpoint_prefix, checkpoint_prefixes, checkpoint_step
+from elmo_tf.training.health_check import (
+    MAX_RATIO,
+    RECORD_FILE,
+    SAMPLE_FILE,
+    add_record,
+    assess,
+    describe,
+    explain,
+    latest_healthy,
+    read_records,
+    record,
+    write_sample,
+)
+from elmo_tf.training.trainer import restore_trainer
 
-MAX_RATIO = 2.0
-SAMPLE_FILE = "health_sample.txt"
-RECORD_FILE = "health.json"
-
-
-def write_sample(save_dir: str, file_pattern: str, lines: int) -> str:
-    """Writes the first `lines` non-blank lines of `file_pattern` (files in sorted order) to the run's sample
-    file, unless it exists (a resumed run keeps its sample); returns its path."""
-    path = os.path.join(save_dir, SAMPLE_FILE)
-    if tf.io.gfile.exists(path):
-        return path
-    sample = []
-    for name in sorted(tf.io.gfile.glob(file_pattern)):
-        with tf.io.gfile.GFile(name, "rb") as f:
-            for line in f:
-                text = line.decode("utf-8", errors="replace")
-                if text.split():
-                    sample.append(" ".join(text.split()) + "\n")
-                if len(sample) == lines:
-                    break
-        if len(sample) == lines:
-            break
-    atomic_write(path, "".join(sample))
-    return path
-
-
-def assess(zero: dict[str, float], carried: dict[str, float], max_ratio: float = MAX_RATIO) -> list[str]:
-    """The problems of a check (empty: healthy). `zero` / `carried`: perplexity per direction."""
-    problems = []
-    for d in DIRECTIONS:
-        ratio = zero[d] / carried[d]
-        if not ratio <= max_ratio:  # (a NaN or an infinity is a problem too)
-            problems.append(
-                f"the {d} LM from a zero state has perplexity {zero[d]:,.1f}, {ratio:,.3g}x its {carried[d]:,.1f} "
-                f"from the state training carried"
-            )
-    low, high = sorted(zero[d] for d in DIRECTIONS)
-    if not high <= max_ratio * low:
-        problems.append(f"the two directions from a zero state are {high / low:,.3g}x apart "
-                        f"(forward {zero['forward']:,.1f}, backward {zero['backward']:,.1f})")
-    return problems
+__all__ = [
+    "MAX_RATIO",
+    "RECORD_FILE",
+    "SAMPLE_FILE",
+    "add_record",
+    "assess",
+    "checkpoint_health",
+    "describe",
+    "explain",
+    "latest_healthy",
+    "read_records",
+    "record",
+    "require_healthy",
+    "write_sample",
+]
 
 
-def record(
-    step: int, zero: dict[str, float], carried: dict[str, float], tokens: int, max_ratio: float = MAX_RATIO
-) -> dict:
-    """The record of one check: figures, verdict and problems."""
-    problems = assess(zero, carried, max_ratio)
-    return {
-        "step": int(step),
-        **{f"zero_{d}": zero[d] for d in DIRECTIONS},
-        **{f"carried_{d}": carried[d] for d in DIRECTIONS},
-        "tokens": int(tokens),
-        "max_ratio": max_ratio,
-        "healthy": not problems,
-        "problems": problems,
-    }
+def checkpoint_health(save_dir: str, step: Optional[int] = None, sample: Optional[str] = None) -> dict:
+    """The zero-state health check of a checkpoint of `save_dir` (default: the latest): the one recorded
+    during training, else a check run now on `sample` (default: the run's own health sample)."""
+    prefix = checkpoint_prefix(save_dir, step)
+    step = checkpoint_step(prefix)
+    recorded = read_records(os.path.join(save_dir, "checkpoints")).get(step)
+    if recorded is not None and sample is None:
+        return recorded
+    sample = sample or os.path.join(save_dir, SAMPLE_FILE)
+    if not os.path.isfile(sample):
+        raise UnhealthyCheckpointError(
+            f"Checkpoint step {step} of {save_dir!r} has no recorded health check, and the run has no "
+            f"{SAMPLE_FILE} to check it on. Give a few hundred sentences of the run's language "
+            "(--health_sample=FILE), or --allow_unhealthy to export it unchecked."
+        )
+    logging.info("Checking checkpoint step %d on %s (no recorded check).", step, sample)
+    return restore_trainer(save_dir, step=step).check_health(sample)
 
 
-def describe(rec: dict) -> str:
-    """One line: both directions' figures and the verdict."""
-    figures = ", ".join(
-        f"{d} {rec[f'zero_{d}']:,.1f} (carried state: {rec[f'carried_{d}']:,.1f})" for d in DIRECTIONS
-    )
-    verdict = "healthy" if rec["healthy"] else "UNHEALTHY: " + "; ".join(rec["problems"])
-    return f"step {rec['step']}: sample perplexity from a zero state, sentence by sentence: {figures}; {verdict}"
-
-
-def explain(rec: dict, sample: str) -> str:
-    """A check in plain words, for the person who trained (`sample`: the file it ran on): both directions' figures
-    from a zero state, how far apart they are and from the carried state's, and the verdict."""
-    zero = {d: rec[f"zero_{d}"] for d in DIRECTIONS}
-    apart = max(zero.values()) / min(zero.values())
-    worst = max(rec[f"zero_{d}"] / rec[f"carried_{d}"] for d in DIRECTIONS)
-    lines = [
-        f"Zero-state check on {rec['tokens']:,} tokens of {sample} (every sentence from a zero state, as the exported "
-        "module runs it):",
-        f"  forward {zero['forward']:,.1f}, backward {zero['backward']:,.1f}: the directions are {apart:.2f}x apart, "
-        f"and at most {worst:.2f}x the perplexity from the state training carried.",
-    ]
+def require_healthy(save_dir: str, step: Optional[int] = None, sample: Optional[str] = None) -> dict:
+    """The health record of the checkpoint to export; UnhealthyCheckpointError, naming both directions' figures
+    and the latest healthy checkpoint, if it is not healthy."""
+    rec = checkpoint_health(save_dir, step, sample)
     if rec["healthy"]:
-        lines.append("  Healthy: both directions embed from a zero state as well as in training.")
-    else:
-        lines.append("  UNHEALTHY: " + "; ".join(rec["problems"]) + ".")
-    return "\n".join(lines)
-
-
-def read_records(ckpt_dir: str) -> dict[int, dict]:
-    """The recorded checks of a checkpoint folder by step ({} when there are none or the file is damaged)."""
-    path = os.path.join(ckpt_dir, RECORD_FILE)
-    if not tf.io.gfile.exists(path):
-        return {}
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            return {int(r["step"]): r for r in json.load(f)}
-    except (ValueError, KeyError, TypeError):
-        return {}
-
-
-def add_record(ckpt_dir: str, rec: dict) -> None:
-    """Adds (or replaces) a step's record in the checkpoint folder's record file, atomically."""
-    records = read_records(ckpt_dir)
-    records[rec["step"]] = rec
-    atomic_write_json(os.path.join(ckpt_dir, RECORD_FILE), [records[s] for s in sorted(records)], indent=1)
-
-
-def latest_healthy(records: dict[int, dict], steps: list[int]) -> Optional[int]:
-    """The newest of `steps` whose recorded check is healthy, or None."""
-    healthy = [s for s in steps if records.get(s, {}).get("healthy")]
-    return max(healthy) if healthy else None
+        return rec
+    steps = [checkpoint_step(p) for p in checkpoint_prefixes(os.path.join(save_dir, "checkpoints"))]
+    healthy = latest_healthy(read_records(os.path.join(save_dir, "checkpoints")), steps)
+    where = (
+        f"The latest healthy checkpoint is step {healthy}: export it with --checkpoint_step={healthy}, or train on"
+        if healthy is not None
+        else "No checkpoint of this run is recorded as healthy: train on"
+    )
+    raise UnhealthyCheckpointError(
+        f"Refusing to export {save_dir!r} at {describe(rec)}. The exported module runs every sentence "
+        f"from a zero state, so this direction's outputs would be noise (docs/TRAINING_AUDIT.md, 'Zero-state "
+        f"collapse'). {where} (a larger --max_steps resumes the run; with the default --state_reset_prob the "
+        "zero-state start is trained too); --allow_unhealthy exports it anyway."
+    )

@@ -5,6 +5,9 @@ clean stop on SIGTERM/SIGINT.
 Everything needed to continue exactly is in the checkpoint (`run_checkpoint`): model, softmax, optimizer slots,
 step, the carried LSTM states and the tf.data iterator (the data position). Steps draw their randomness from (seed,
 step) (`step.py`), so a resumed run repeats the uninterrupted one.
+
+The trainer imports the loop, never the reverse: the loop runs any object with the parts and methods of `Trainable`
+(a `Trainer` is one).
 """
 
 from __future__ import annotations
@@ -14,24 +17,59 @@ import math
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 import tensorflow as tf
 from absl import logging
 
 from elmo_tf.errors import CheckpointError, TrainingError, write_error_message
 from elmo_tf.layers.bilstm import DIRECTIONS
-from elmo_tf.training import data, health
 from elmo_tf.model.weights_io import save_lexicons
+from elmo_tf.training import data, health_check
 from elmo_tf.training.checkpoints import LEXICONS_FILE, prune_checkpoints, resume_latest, save_checkpoint
 from elmo_tf.utils.files import atomic_write_json
 from elmo_tf.utils.progress import Progress
 
-if TYPE_CHECKING:
-    from elmo_tf.training.trainer import Trainer
+if TYPE_CHECKING:  # (annotations only)
+    import keras
+
+    from elmo_tf.layers.softmax import LMSoftmax
+    from elmo_tf.model.bilm import BiLM
+    from elmo_tf.model.config import BiLMConfig
+    from elmo_tf.text.encoders import Lexicons
+    from elmo_tf.text.vocab import Vocabulary
+    from elmo_tf.training.config import TrainConfig
 
 
-def run_checkpoint(trainer: Trainer, iterator) -> tf.train.Checkpoint:
+class Trainable(Protocol):
+    """What the loop runs: the parts of a `Trainer` (`trainer.py`) it reads, and the steps, checks and evaluations it
+    calls (each documented on `Trainer`)."""
+
+    bilm_config: BiLMConfig
+    vocab: Vocabulary
+    lexicons: Lexicons
+    train_config: TrainConfig
+    save_dir: str
+    strategy: tf.distribute.Strategy
+    model: BiLM
+    softmax: LMSoftmax
+    optimizer: keras.optimizers.Optimizer
+    step: tf.Variable
+    states: list[tf.Variable]
+    global_batch: int
+
+    def is_chief(self) -> bool: ...
+
+    def warm_start(self, source: str) -> None: ...
+
+    def train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, float]: ...
+
+    def check_health(self, sample_path: str) -> dict: ...
+
+    def evaluate(self, file_pattern: str) -> dict[str, float]: ...
+
+
+def run_checkpoint(trainer: Trainable, iterator) -> tf.train.Checkpoint:
     """What a run's checkpoints hold (their format): the model, softmax, optimizer, step, carried states, and the
     position of the training data's `iterator`."""
     return tf.train.Checkpoint(
@@ -44,7 +82,7 @@ def run_checkpoint(trainer: Trainer, iterator) -> tf.train.Checkpoint:
     )
 
 
-def write_run_files(trainer: Trainer) -> None:
+def write_run_files(trainer: Trainable) -> None:
     """A new run's `options.json`, `vocab.txt` (unless there) and `train_config.json` in its save_dir."""
     os.makedirs(trainer.save_dir, exist_ok=True)
     trainer.bilm_config.to_json_file(os.path.join(trainer.save_dir, "options.json"))
@@ -61,7 +99,7 @@ def write_run_files(trainer: Trainer) -> None:
 
 class TrainingLoop:
     """One `Trainer.train` call: steps until `max_steps` or the end of `n_epochs`, resuming from the latest
-    checkpoint in the trainer's save_dir. The arguments are those of `Trainer.train`.
+    checkpoint in the trainer's save_dir. `trainer`: the `Trainer`; the other arguments are those of `Trainer.train`.
 
     The steps, health checks, evaluations and warm start are the trainer's (`train_step`, `check_health`,
     `evaluate`, `warm_start`); this holds what happens around them.
@@ -69,7 +107,7 @@ class TrainingLoop:
 
     def __init__(
         self,
-        trainer: Trainer,
+        trainer: Trainable,
         train_pattern: str,
         heldout_pattern: Optional[str] = None,
         on_step: Optional[Callable[[int, dict[str, float]], None]] = None,
@@ -113,9 +151,9 @@ class TrainingLoop:
                 write_run_files(trainer)
         last_checked = 0
         if self.chief and tc.health_lines:  # the held-out corpus's first lines, else the training corpus's
-            self.sample = health.write_sample(trainer.save_dir, self.heldout_pattern or self.train_pattern,
+            self.sample = health_check.write_sample(trainer.save_dir, self.heldout_pattern or self.train_pattern,
                                               tc.health_lines)
-            last_checked = max(health.read_records(self.ckpt_dir), default=0)
+            last_checked = max(health_check.read_records(self.ckpt_dir), default=0)
         if self.chief:
             self.writer = tf.summary.create_file_writer(os.path.join(trainer.save_dir, "tensorboard"))
 
@@ -202,7 +240,7 @@ class TrainingLoop:
         if sample is not None:
             rec = self.trainer.check_health(sample)
             try:
-                health.add_record(self.ckpt_dir, rec)
+                health_check.add_record(self.ckpt_dir, rec)
             except (OSError, tf.errors.OpError) as e:
                 what = f"the health record of step {rec['step']} to {self.ckpt_dir!r}"
                 raise CheckpointError(
@@ -215,10 +253,10 @@ class TrainingLoop:
                         tf.summary.scalar(f"health/zero_state_{d}", rec[f"zero_{d}"])
                         tf.summary.scalar(f"health/carried_state_{d}", rec[f"carried_{d}"])
             if rec["healthy"]:
-                logging.info("Health check, %s", health.describe(rec))
+                logging.info("Health check, %s", health_check.describe(rec))
             else:
                 logging.warning("Health check, %s. export.py refuses this checkpoint (docs/TRAINING_AUDIT.md).",
-                                health.describe(rec))
+                                health_check.describe(rec))
         prune_checkpoints(self.ckpt_dir, self.trainer.train_config.keep_checkpoints)
 
     def _log_eval(self, step: int) -> dict[str, float]:

@@ -1,13 +1,15 @@
 """The trainer of the biLM: `Trainer` trains a `BiLM` + shared `LMSoftmax` with exact resume, and measures held-out
 perplexity and the zero-state health of its weights; `restore_trainer` gives one holding a finished run's checkpoint
-(or a folder of weight files); `checkpoint_health` / `require_healthy` are the health gate of an export.
+(or a folder of weight files). The health gate of an export is `health.py`, above this module.
 
-`Trainer` is the public face of parts that each have a file of their own:
+`Trainer` is the public face of parts that each have a file of their own, which it imports (they import nothing of
+it: the loop runs a `loop.Trainable`, the warm start takes the parts it sets):
 
-    step.py        TrainStep: what a step updates (model, softmax, optimizer, step, carried states) and one step
-                   of the recipe (loss, gradients, negatives, state resets)
-    loop.py        TrainingLoop: steps to the end of a run; resume, checkpoints and their health checks, logs, signals
-    warm_start.py  continued pretraining: the first weights taken from another model
+    step.py          TrainStep: what a step updates (model, softmax, optimizer, step, carried states) and one step
+                     of the recipe (loss, gradients, negatives, state resets)
+    loop.py          TrainingLoop: steps to the end of a run; resume, checkpoints and their health checks, logs, signals
+    warm_start.py    continued pretraining: the first weights taken from another model
+    health_check.py  the zero-state health check's verdict and record
 
 The strategy it runs under comes from `strategy.py` (`make_strategy`), the windows from `data.py`.
 """
@@ -22,23 +24,15 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
-from elmo_tf.errors import CheckpointError, UnhealthyCheckpointError
+from elmo_tf.errors import CheckpointError
 from elmo_tf.layers.bilstm import DIRECTIONS
 from elmo_tf.model.bilm import BiLM
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.text.encoders import Lexicons
 from elmo_tf.text.vocab import Vocabulary
-from elmo_tf.training import data, health
-from elmo_tf.training.checkpoints import (
-    checkpoint_prefix,
-    checkpoint_prefixes,
-    checkpoint_step,
-    is_weights_folder,
-    model_lexicons,
-    restore_checkpoint,
-)
+from elmo_tf.training import data, health_check
+from elmo_tf.training.checkpoints import checkpoint_prefix, is_weights_folder, model_lexicons, restore_checkpoint
 from elmo_tf.training.config import TrainConfig, training_options
 from elmo_tf.training.loop import TrainingLoop
 from elmo_tf.training.step import TrainStep
@@ -128,7 +122,7 @@ class Trainer:
     def warm_start(self, source: str) -> None:
         """Initialises the model (and the softmax rows of shared words) from an existing model: a training
         directory, a folder of weight files, or "OPTIONS.json,WEIGHTS.hdf5" (`warm_start.initialise_from`)."""
-        initialise_from(self, source)
+        initialise_from(source, config=self.bilm_config, model=self.model, softmax=self.softmax, vocab=self.vocab)
 
     def is_chief(self) -> bool:
         """Whether this worker keeps the checkpoints, health records and logs (always, on one machine)."""
@@ -223,11 +217,11 @@ class Trainer:
         }
 
     def check_health(self, sample_path: str) -> dict:
-        """The zero-state health check of the current weights on a sample file (`elmo_tf/training/health.py`):
+        """The zero-state health check of the current weights on a sample file (`health_check.py`):
         per direction, every sentence from a zero state against the rows continued from the carried state."""
         zero = self.evaluate(sample_path, batch_size=128, sentence_by_sentence=True)
         carried = self.evaluate(sample_path, from_training_state=True)
-        return health.record(
+        return health_check.record(
             int(self.step.numpy()),
             {d: zero[f"perplexity_{d}"] for d in DIRECTIONS},
             {d: carried[f"perplexity_{d}"] for d in DIRECTIONS},
@@ -294,43 +288,3 @@ def _weights_folder_trainer(folder: str, work_dir: Optional[str]) -> Trainer:
     trainer.softmax.softmax_weights.assign(softmax[0])
     trainer.softmax.softmax_bias.assign(softmax[1])
     return trainer
-
-
-def checkpoint_health(save_dir: str, step: Optional[int] = None, sample: Optional[str] = None) -> dict:
-    """The zero-state health check of a checkpoint of `save_dir` (default: the latest): the one recorded
-    during training, else a check run now on `sample` (default: the run's own health sample)."""
-    prefix = checkpoint_prefix(save_dir, step)
-    step = checkpoint_step(prefix)
-    recorded = health.read_records(os.path.join(save_dir, "checkpoints")).get(step)
-    if recorded is not None and sample is None:
-        return recorded
-    sample = sample or os.path.join(save_dir, health.SAMPLE_FILE)
-    if not os.path.isfile(sample):
-        raise UnhealthyCheckpointError(
-            f"Checkpoint step {step} of {save_dir!r} has no recorded health check, and the run has no "
-            f"{health.SAMPLE_FILE} to check it on. Give a few hundred sentences of the run's language "
-            "(--health_sample=FILE), or --allow_unhealthy to export it unchecked."
-        )
-    logging.info("Checking checkpoint step %d on %s (no recorded check).", step, sample)
-    return restore_trainer(save_dir, step=step).check_health(sample)
-
-
-def require_healthy(save_dir: str, step: Optional[int] = None, sample: Optional[str] = None) -> dict:
-    """The health record of the checkpoint to export; UnhealthyCheckpointError, naming both directions' figures
-    and the latest healthy checkpoint, if it is not healthy."""
-    rec = checkpoint_health(save_dir, step, sample)
-    if rec["healthy"]:
-        return rec
-    steps = [checkpoint_step(p) for p in checkpoint_prefixes(os.path.join(save_dir, "checkpoints"))]
-    healthy = health.latest_healthy(health.read_records(os.path.join(save_dir, "checkpoints")), steps)
-    where = (
-        f"The latest healthy checkpoint is step {healthy}: export it with --checkpoint_step={healthy}, or train on"
-        if healthy is not None
-        else "No checkpoint of this run is recorded as healthy: train on"
-    )
-    raise UnhealthyCheckpointError(
-        f"Refusing to export {save_dir!r} at {health.describe(rec)}. The exported module runs every sentence "
-        f"from a zero state, so this direction's outputs would be noise (docs/TRAINING_AUDIT.md, 'Zero-state "
-        f"collapse'). {where} (a larger --max_steps resumes the run; with the default --state_reset_prob the "
-        "zero-state start is trained too); --allow_unhealthy exports it anyway."
-    )

@@ -1,63 +1,61 @@
 """Continued pretraining: a new run's biLM, and the softmax rows of the words it shares, taken from an existing model
-(`Trainer.warm_start`)."""
+(`Trainer.warm_start`, which passes its parts in: this module imports nothing of the trainer)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING
 
 import numpy as np
 from absl import logging
 
 from elmo_tf.errors import ConfigError
 from elmo_tf.layers.softmax import LMSoftmax
+from elmo_tf.model.bilm import BiLM
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.text.vocab import Vocabulary
 from elmo_tf.training.checkpoints import checkpoint_prefixes, is_weights_folder, restore_bilm, restore_softmax
 
-if TYPE_CHECKING:
-    from elmo_tf.training.trainer import Trainer
 
+def initialise_from(source: str, *, config: BiLMConfig, model: BiLM, softmax: LMSoftmax, vocab: Vocabulary) -> None:
+    """Initialises a run's `model` (and the rows of `softmax` of the words `vocab` shares) from an existing model.
 
-def initialise_from(trainer: Trainer, source: str) -> None:
-    """Initialises the trainer's model (and the softmax rows of shared words) from an existing model.
-
-    `source` is a training directory of this project (its latest checkpoint and vocab.txt), a folder of weight
-    files (options.json, weights.hdf5 holding the softmax, vocab.txt: `export.py --format=hdf5`, the published
-    biLMs under pretrained/), or "OPTIONS.json,WEIGHTS.hdf5" of the original format (which holds no softmax: it
-    starts fresh). The architecture must match; the vocabularies may differ.
+    `config` is the run's options (`Trainer.bilm_config`), `vocab` its vocabulary (the rows of `softmax`). `source` is
+    a training directory of this project (its latest checkpoint and vocab.txt), a folder of weight files (options.json,
+    weights.hdf5 holding the softmax, vocab.txt: `export.py --format=hdf5`, the published biLMs under pretrained/), or
+    "OPTIONS.json,WEIGHTS.hdf5" of the original format (which holds no softmax: it starts fresh). The architecture
+    must match; the vocabularies may differ.
     """
     from elmo_tf.model.weights_io import load_softmax, load_weights
 
     if "," in source or is_weights_folder(source):
         options_file, weight_file = (source.split(",", 1) if "," in source else
                                      (os.path.join(source, "options.json"), os.path.join(source, "weights.hdf5")))
-        _check_same_architecture(trainer.bilm_config, BiLMConfig.from_json_file(options_file), source)
+        _check_same_architecture(config, BiLMConfig.from_json_file(options_file), source)
         table = os.path.join(os.path.dirname(weight_file), "embedding.hdf5")  # a word-input biLM's word table
-        load_weights(trainer.model, weight_file, table if trainer.model.config.layout == "bilm_tf" and
-                     trainer.model.word_embed is not None and os.path.isfile(table) else None)
+        load_weights(model, weight_file, table if model.config.layout == "bilm_tf" and model.word_embed is not None
+                     and os.path.isfile(table) else None)
         vocab_file = os.path.join(os.path.dirname(weight_file), "vocab.txt")
         if "," in source or not os.path.isfile(vocab_file):
             logging.info("Initialised the biLM from %s (the softmax starts fresh).", weight_file)
             return
         old_vocab = Vocabulary.from_file(vocab_file)
-        softmax = load_softmax(weight_file, old_vocab.size, trainer.bilm_config.lstm.output_dim)
-        if softmax is None:
+        old_softmax = load_softmax(weight_file, old_vocab.size, config.lstm.output_dim)
+        if old_softmax is None:
             logging.info("Initialised the biLM from %s (it holds no softmax: the softmax starts fresh).", weight_file)
             return
-        shared = _copy_softmax_rows(trainer.softmax, trainer.vocab, old_vocab, *softmax)
+        shared = _copy_softmax_rows(softmax, vocab, old_vocab, *old_softmax)
         logging.info("Initialised from %s: biLM weights, and softmax rows of %d of %d words.", weight_file, shared,
-                     trainer.vocab.size)
+                     vocab.size)
         return
     source_bilm = restore_bilm(source)
-    _check_same_architecture(trainer.bilm_config, source_bilm.config, source)
-    trainer.model.set_weights(source_bilm.get_weights())
+    _check_same_architecture(config, source_bilm.config, source)
+    model.set_weights(source_bilm.get_weights())
     latest = checkpoint_prefixes(os.path.join(source, "checkpoints"))[-1]
-    shared = _copy_softmax_rows(trainer.softmax, trainer.vocab, Vocabulary.from_file(os.path.join(source, "vocab.txt")),
+    shared = _copy_softmax_rows(softmax, vocab, Vocabulary.from_file(os.path.join(source, "vocab.txt")),
                                 *restore_softmax(source))
     logging.info(
-        "Initialised from %s: biLM weights, and softmax rows of %d of %d words.", latest, shared, trainer.vocab.size
+        "Initialised from %s: biLM weights, and softmax rows of %d of %d words.", latest, shared, vocab.size
     )
 
 

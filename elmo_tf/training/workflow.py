@@ -22,10 +22,11 @@ from absl import logging
 
 from elmo_tf.errors import InputError
 from elmo_tf.model.bilm import BiLM
-from elmo_tf.training import health, run_length, setup
+from elmo_tf.training import health, run_length, run_setup
 from elmo_tf.training.config import recipe_config
 from elmo_tf.training.strategy import make_strategy
-from elmo_tf.training.trainer import Trainer, checkpoint_health, require_healthy, restore_trainer
+from elmo_tf.training.health import checkpoint_health, require_healthy
+from elmo_tf.training.trainer import Trainer, restore_trainer
 from elmo_tf.utils import machine, progress
 
 
@@ -80,10 +81,10 @@ def train_and_export(
       ConfigError, VocabError, CorpusError, TrainingError, WeightFileError, OSError: bad options, vocabulary or
         corpus, a failed run, or a full disk; and what `exporter` raises.
     """
-    config = setup.model_config(options_file, init_checkpoint, preset)
+    config = run_setup.model_config(options_file, init_checkpoint, preset)
     os.makedirs(save_dir, exist_ok=True)
-    vocab = setup.load_or_build_vocab(vocab_file or os.path.join(save_dir, "vocab.txt"), train_prefix,
-                                      vocab_size or config.training.get("n_tokens_vocab"), min_count)
+    vocab = run_setup.load_or_build_vocab(vocab_file or os.path.join(save_dir, "vocab.txt"), train_prefix,
+                                          vocab_size or config.training.get("n_tokens_vocab"), min_count)
     # The options' source as the user named it, for a run bound by their n_epochs.
     recipe = (f"--options_file={options_file}" if options_file else
               f"the options of --init_checkpoint={init_checkpoint}" if init_checkpoint else f"--preset={preset}")

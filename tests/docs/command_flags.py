@@ -56,16 +56,15 @@ def beam_options() -> set[str]:
     return {s[2:] for s in parser._option_string_actions if s.startswith("--")}
 
 
-def command_flags(command: str, absl_own: set[str]) -> list[str]:
-    FLAGS = flags.FLAGS
-    before = set(FLAGS)
-    modules_before = set(sys.modules)
+def load_command(command: str) -> argparse.ArgumentParser | None:
+    """Runs a command's file (a path, or "-m MODULE") as `python` would, with nothing run: absl's `app.run` is a no-op
+    and argparse's parsing a stop that keeps the parser. Returns that parser (argparse), or None (absl: the flags it
+    defined are in `flags.FLAGS`)."""
     parser_class = argparse.ArgumentParser
     real_run, real_parse, real_parse_known = app.run, parser_class.parse_args, parser_class.parse_known_args
     app.run = lambda *args, **kwargs: None
     parser_class.parse_args = parser_class.parse_known_args = _stop
     main_module = sys.modules["__main__"]
-    parser = None
     try:
         if command.startswith("-m "):
             sys.argv = [command[3:]]
@@ -78,10 +77,18 @@ def command_flags(command: str, absl_own: set[str]) -> list[str]:
             finally:
                 sys.path.pop(0)
     except _Parsed as parsed:
-        parser = parsed.parser
+        return parsed.parser
     finally:
         app.run, parser_class.parse_args, parser_class.parse_known_args = real_run, real_parse, real_parse_known
         sys.modules["__main__"] = main_module
+    return None
+
+
+def command_flags(command: str, absl_own: set[str]) -> list[str]:
+    FLAGS = flags.FLAGS
+    before = set(FLAGS)
+    modules_before = set(sys.modules)
+    parser = load_command(command)
     defined = set(FLAGS) - before
     if parser is not None:
         names = {s[2:] for s in parser._option_string_actions if s.startswith("--")}

@@ -70,7 +70,7 @@ def test_allennlp_file_names_and_a_tf1_modules_options(tmp_path):
 
 def test_the_published_biLMs_are_read_by_their_cards():
     for lang, tokens in (("en", "whitespace"), ("zh", "cjk_chars")):
-        source = detect_bilm(pipeline.published_dir(types.SimpleNamespace(pretrained_dir=str(REPO / "pretrained")), lang))
+        source = detect_bilm(run_settings.published_dir(types.SimpleNamespace(pretrained_dir=str(REPO / "pretrained")), lang))
         assert (source.kind, source.tokens, source.published) == ("original", tokens, True)
         assert "model card" in source.tokens_evidence
 
@@ -146,13 +146,13 @@ def test_impossible_combinations(tmp_path):
 
 # -- the report ----------------------------------------------------------------------------------------------------
 def test_the_report_names_each_biLM():
-    from evaluation.report import bilm_record, write_markdown
+    from evaluation.page import markdown
+    from evaluation.results import bilm_record
 
-    settings = types.SimpleNamespace(bilm_en=str(TF1), bilm_zh="")
-    en = bilm_record({"folder": "/run/bilms/en", "bilm": detect_bilm(str(TF1)).record(), "card": None}, settings, "en")
+    en = bilm_record({"folder": "/run/bilms/en", "bilm": detect_bilm(str(TF1)).record(), "card": None}, given=True)
     published = str(REPO / "pretrained" / "chinese_small")
     card = json.loads((Path(published) / "card.json").read_text(encoding="utf-8"))
-    zh = bilm_record({"folder": published, "bilm": detect_bilm(published).record(), "card": card}, settings, "zh")
+    zh = bilm_record({"folder": published, "bilm": detect_bilm(published).record(), "card": card}, given=False)
     assert (en["given"], zh["given"]) == (True, False) and "steps" not in en and zh["steps"] == card["training"]["steps"]
     budget = dict(dropout=0.1, hidden=8, head_epochs=1, min_head_steps=1, max_head_steps=1, head_learning_rate=0.01,
                   ft_epochs=1, batch_size=8, max_tokens_en=64, max_tokens_zh=128)
@@ -163,11 +163,7 @@ def test_the_report_names_each_biLM():
                "adaptation": {"en_movie": {"steps": 2, "tokens_seen": 1280, "minutes": 0.1, "train_lines": 40, "dev_before": None,
                                            "dev_after": {"perplexity": 9.5, "perplexity_forward": 9.0, "perplexity_backward": 10.0,
                                                          "tokens": 50}}}}
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        write_markdown(os.path.join(d, "RESULTS.md"), results, {"mix_weights": "results/mix_weights.png"})
-        page = Path(d, "RESULTS.md").read_text(encoding="utf-8")
+    page = markdown(results, {"mix_weights": "results/mix_weights.png"})
     assert f"**In this run** the English biLM is `{TF1.relative_to(REPO)}` (TF1 TF-Hub module), given with `--bilm_en`" in page
     biLM_row = next(line for line in page.splitlines() if line.startswith("| biLM |"))
     assert f"`{TF1.relative_to(REPO)}` (TF1 TF-Hub module; reads `whitespace` tokens) |" in biLM_row

@@ -71,6 +71,22 @@ def test_published_folder_holds_the_run_and_its_card(published):
     assert f"train.py --mode=eval --save_dir=" in text and card["files"]["weights.hdf5"]["sha256"] in text
 
 
+def test_committed_cards_are_what_publish_writes():
+    """MODEL_CARD.md of each published biLM is model_card() of its card.json, as written from the repository's root:
+    a fix to the template is made to the committed cards too (the module name `elmo_zh`, the README section)."""
+    for folder in PUBLISHED:
+        committed = open(os.path.join(folder, publish.CARD_MD), encoding="utf-8").read()
+        assert publish.model_card(publish.read_card(folder), os.path.relpath(folder, REPO)) == committed, folder
+    chinese = open(os.path.join(PUBLISHED[1], publish.CARD_MD), encoding="utf-8").read()
+    assert "--export_dir=elmo_zh --tokenizer=cjk_chars" in chinese
+
+
+def test_language_codes_name_the_modules_as_the_docs_do():
+    assert [publish.language_code(x) for x in ("English", "Chinese")] == ["en", "zh"]
+    with pytest.raises(ValueError, match="No language code for 'Klingon'"):
+        publish.language_code("Klingon")
+
+
 def card_command_figures(folder: str, card: dict) -> dict:
     """Runs the card's own commands (MODEL_CARD.md) for its smallest held-out file: the figures they print."""
     text = open(os.path.join(folder, publish.CARD_MD), encoding="utf-8").read()

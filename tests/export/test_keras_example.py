@@ -1,4 +1,4 @@
-"""The Keras examples of README.md (two tf_keras + TF-Hub models) and docs/KERAS.md (loading a module, the original
+"""The Keras examples of README.md and docs/KERAS.md (a tf_keras + TF-Hub model each; loading a module, the original
 files from Python), run as written.
 
 Each block runs in a fresh Python process, in a folder holding the tiny fixture's export as `elmo_en`, with
@@ -8,8 +8,9 @@ predictions' shape, and for the string model the trained scalar mix; for the tok
 tokens changed (the module ignores tokens past `sequence_len`) and with longer padding, which the mask must make no
 difference to (without it the mean changes by ~0.08 here), and with a real token changed, which must make one.
 
-docs/KERAS.md's blocks load a module and the original files; they run in this process (Keras 3, as the first one
-expects), in a folder holding the tiny export as `hub_module` and the fixture's `options.json` and `weights.hdf5`.
+docs/KERAS.md's other blocks load a module and the original files; they run in this process (Keras 3, as the first
+one expects), in a folder holding the tiny export as `hub_module` and the fixture's `options.json` and
+`weights.hdf5`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 SLOW_FIXTURES = {"workdir", "keras_md_dir"}  # an export and child processes (conftest.py)
 CHILD_TIMEOUT = 600
-EPOCHS, SENTENCES = 5, 8  # as the blocks fit
+EPOCHS = 5  # as the blocks fit
+SENTENCES = 8  # the tokens model's, which it predicts again
+README_PREDICTED = 2  # the README model's new sentences
 
 # Runs one block (its code read from a file, so the block's first lines come first), then reports.
 _CHILD = textwrap.dedent(
@@ -104,15 +107,15 @@ def check_fit(report: dict, predictions: int) -> None:
 
 
 def test_string_input_model_fits_and_trains_the_mix(workdir):
-    report = run_block(workdir, doc_code("readme_keras_text"), "string")
-    check_fit(report, predictions=2)
+    report = run_block(workdir, doc_code("readme_keras"), "string")
+    check_fit(report, predictions=README_PREDICTED)
     # export's default --trainable=mix: the scalar-mix weights and gamma, and fit moved them.
     assert len(report["trainable"]) == 2 and any("gamma" in name for name in report["trainable"]), report
     assert report["mix_change"] > 1e-6, report["mix_change"]
 
 
 def test_tokens_model_fits_and_its_mask_ignores_padding(workdir):
-    report = run_block(workdir, doc_code("readme_keras_tokens"), "tokens")
+    report = run_block(workdir, doc_code("keras_tokens"), "tokens")
     check_fit(report, predictions=SENTENCES)
     base = np.array(report["base"])
     np.testing.assert_allclose(1 / (1 + np.exp(-base)), report["probabilities"], rtol=0, atol=1e-6)  # the block's own

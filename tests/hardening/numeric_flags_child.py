@@ -65,7 +65,7 @@ def run_command(entry: list[str], argvs: list[list[str]]) -> dict:
     for name in defined:
         delattr(FLAGS, name)
     for name in set(sys.modules) - modules_before:
-        if name.startswith("elmo_tf.commands.") and name != "elmo_tf.commands.flag_checks":
+        if name.startswith("elmo_tf.commands.") and name != "elmo_tf.utils.flag_checks":
             sys.modules.pop(name, None)
     return {"numeric_flags": numeric, "results": results, "parser": getattr(parser, "__qualname__", None)}
 

@@ -26,7 +26,7 @@ import tensorflow as tf
 from elmo_tf import errors, training
 from elmo_tf.training import checkpoints, data, loop
 from elmo_tf.embedding import journal
-from elmo_tf.export import hub as hub_export
+from elmo_tf.export.folder import recover_interrupted_export
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.text.vocab import Vocabulary
 from tests.hardening.conftest import OPTIONS, REPO, run_child
@@ -170,7 +170,7 @@ def test_kill_during_export_keeps_the_previous_export(tiny_module, tmp_path):
     leftovers = [p for p in tmp_path.iterdir() if p.name != "module"]
     assert len(leftovers) == 1 and leftovers[0].name.startswith(".module.tmp-")
     assert (leftovers[0] / "new" / "saved_model.pb").exists()  # the killed export had written its SavedModel
-    hub_export.recover_interrupted_export(str(target))  # what the next export does first
+    recover_interrupted_export(str(target))  # what the next export does first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["module"] and tree_digest(target) == before
 
 
@@ -189,7 +189,7 @@ def test_export_killed_between_its_two_renames_is_put_back(tiny_module, tmp_path
     (tmp_path / f".module.tmp-{pid}-def" / "new").mkdir(parents=True)
     running = tmp_path / f".module.tmp-{os.getpid()}-ghi"
     running.mkdir()
-    hub_export.recover_interrupted_export(str(target))
+    recover_interrupted_export(str(target))
     assert tree_digest(target) == tree_digest(Path(tiny_module))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["module", running.name])
 

@@ -3,7 +3,7 @@
 What a user must see: absl's message naming the flag and its allowed range ("flag --port=70000: 70000 is not an
 integer in the range [0, 65535]"), exit status 2, no traceback, and nothing done (the values are refused while
 the flags are parsed, before a model or a file is touched). The ranges are declared once, on the flag
-definitions (absl's lower_bound/upper_bound, elmo_tf/commands/flag_checks.py for floats and lists of numbers).
+definitions (absl's lower_bound/upper_bound, elmo_tf/utils/flag_checks.py for floats and lists of numbers).
 
 Every case of every command is parsed in ONE child process (numeric_flags_child.py: one TensorFlow import) by
 the flags_parser the command hands to app.run; a few true command lines, run at the same time, show the exit

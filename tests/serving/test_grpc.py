@@ -190,9 +190,9 @@ def test_concurrent_calls_share_model_calls_and_get_their_own_results(stubs, ref
         assert_same(got, direct(reference, "default", text=texts), tol=1e-5)
 
 
-def test_readme_grpc_client(server, reference):
-    """The README's gRPC client, run as written against this server: per-token `elmo` vectors and the lengths."""
-    namespace = exec_doc_code("readme_grpc_client", until="vectors, lengths = ")
+def test_serving_md_grpc_client(server, reference):
+    """docs/SERVING.md's gRPC client, run as written against this server: per-token `elmo` vectors and the lengths."""
+    namespace = exec_doc_code("serving_grpc_client", until="vectors, lengths = ")
     vectors, lengths = namespace["embed_tokens"](SENTENCES[:3], server=f"127.0.0.1:{server.grpc_port}")
     want = direct(reference, "elmo_only", text=SENTENCES[:3])
     np.testing.assert_array_equal(vectors, want["elmo"])

@@ -341,9 +341,10 @@ def test_single_output_signatures_are_batched_and_cut_per_request(server, refere
         assert_outputs_equal(got, want, BATCH_TOL)
 
 
-def test_readme_python_client(server, reference):
-    """The README's standard-library client, run as written against this server: one `default` vector per sentence."""
-    namespace = exec_doc_code("readme_rest_client", until="vectors = ")
+def test_serving_md_python_client(server, reference):
+    """docs/SERVING.md's standard-library client, run as written against this server: one `default` vector per
+    sentence."""
+    namespace = exec_doc_code("serving_rest_client", until="vectors = ")
     vectors = namespace["embed"](SENTENCES[:3], server=f"http://127.0.0.1:{server.rest_port}")
     want = direct(reference, "default", text=SENTENCES[:3])["default"]
     np.testing.assert_array_equal(np.asarray(vectors, np.float32), want)

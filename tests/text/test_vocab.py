@@ -149,3 +149,8 @@ def test_command_line(corpus, tmp_path):
     bad = subprocess.run(command[:-1] + ["--min_count=0"], env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--min_count=0: 0 is not a positive integer" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr
+    # --vocab_size, train.py's name, cuts the vocabulary; --max_size, its earlier name here, is the same flag.
+    for flag in ("--vocab_size=5", "--max_size=5"):
+        result = subprocess.run(command + [flag], env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert Vocabulary.from_file(out).words == ["<S>", "</S>", "<UNK>", "the", "a"], flag

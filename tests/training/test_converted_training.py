@@ -179,7 +179,7 @@ CONVERSIONS = {"efml": {"efml_dir": str(FIXTURES / "efml" / "both")},
 def convert(source: dict, folder: Path) -> None:
     """What `export.py --efml_dir=DIR --format=hdf5` (or --tf1_hub_dir) does, in this process (a child would cost a
     TensorFlow start; tests/export/test_converted_export.py runs the command itself)."""
-    from elmo_tf.export.hub import export_hdf5
+    from elmo_tf.export.hdf5 import export_hdf5
     from elmo_tf.model.readers import read_bilm
 
     loaded = read_bilm(**source)
@@ -191,14 +191,14 @@ def continue_pretraining(folder: Path, save_dir: Path, corpus: Path) -> dict:
     (EFML) lexicons from the folder, a vocabulary built from the corpus, `Trainer.train(init_from=FOLDER)`; plus the
     held-out perplexity after step 1."""
     from elmo_tf import training
-    from elmo_tf.training import setup
+    from elmo_tf.training import run_setup
     from elmo_tf.training.checkpoints import model_lexicons
     from elmo_tf.training.config import recipe_config
 
     train, heldout = str(corpus / "train.txt"), str(corpus / "heldout.txt")
-    config = setup.model_config(None, str(folder), "small")
+    config = run_setup.model_config(None, str(folder), "small")
     os.makedirs(save_dir)
-    vocab = setup.load_or_build_vocab(str(save_dir / "vocab.txt"), train, None, 1)
+    vocab = run_setup.load_or_build_vocab(str(save_dir / "vocab.txt"), train, None, 1)
     train_config = recipe_config(config, max_steps=STEPS, **RECIPE)
     lexicons = model_lexicons(config, str(folder)) if config.layout == "efml" else None
     trainer = training.Trainer(config, vocab, train_config, str(save_dir), lexicons=lexicons)

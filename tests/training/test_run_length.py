@@ -137,7 +137,7 @@ def test_the_estimate_on_a_tiny_training_run(corpus, tmp_path):
     vocab = Vocabulary.build(corpus)
     said = []
     estimate = run_length.DurationEstimate(8, said.append, min_seconds=0, timed_steps=2)
-    trainer = training.Trainer(training.setup.model_config(TINY, None, "small"), vocab, tiny_train_config(8),
+    trainer = training.Trainer(training.run_setup.model_config(TINY, None, "small"), vocab, tiny_train_config(8),
                                str(tmp_path / "run"))
     assert trainer.train(corpus, on_step=estimate)["step"] == 8
     assert len(said) == 1 and "for the 5 steps left of 8, at " in said[0] and "(steps 2-3 timed)" in said[0], said
@@ -183,7 +183,7 @@ def test_the_bundled_demo_still_trains_600_steps(tmp_path):
 @pytest.mark.slow
 def test_a_run_resumed_after_its_epochs_says_it_has_nothing_to_train(corpus, tmp_path, caplog):
     vocab = Vocabulary.build(corpus)
-    config = training.setup.model_config(TINY, None, "small")
+    config = training.run_setup.model_config(TINY, None, "small")
     first = training.Trainer(config, vocab, tiny_train_config(None, n_epochs=1, checkpoint_every=1000), str(tmp_path))
     done = first.train(corpus)["step"]
     # The data position is in the checkpoint: a larger bound does not reopen the epochs, and the run says so.

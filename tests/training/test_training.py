@@ -14,6 +14,7 @@ import tensorflow as tf
 from elmo_tf import errors, training
 from elmo_tf.text import char_ids
 from elmo_tf.export import hub as hub_export
+from elmo_tf.export.hdf5 import export_hdf5
 from elmo_tf.model.config import BiLMConfig
 from elmo_tf.layers.softmax import LMSoftmax, expected_count, sample_log_uniform_unique
 from elmo_tf.text.vocab import Vocabulary
@@ -415,7 +416,7 @@ def test_trained_checkpoint_exports_to_hdf5_and_hub_with_identical_outputs(corpu
     expected = bilm(ids)
     np.testing.assert_array_equal(expected["layers"][2].numpy(), trainer.inference_model()(ids)["layers"][2].numpy())
 
-    hub_export.export_hdf5(bilm, str(tmp_path / "hdf5"))
+    export_hdf5(bilm, str(tmp_path / "hdf5"))
     again = load_original(str(tmp_path / "hdf5" / "options.json"), str(tmp_path / "hdf5" / "weights.hdf5"))(ids)
     for a, b in zip(expected["layers"], again["layers"]):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -454,7 +455,7 @@ def test_continued_pretraining_with_a_new_vocabulary(corpus, tmp_path):
     # start as from the run itself; a float16 softmax within float16's rounding
     for dtype, tolerance in (("float32", 0), ("float16", 1e-3)):
         folder = str(tmp_path / f"files_{dtype}")
-        hub_export.export_hdf5(training.restore_bilm(str(tmp_path / "first")), folder, softmax=training.restore_softmax(
+        export_hdf5(training.restore_bilm(str(tmp_path / "first")), folder, softmax=training.restore_softmax(
             str(tmp_path / "first")), vocab=corpus["vocab"], softmax_dtype=dtype)
         assert training.is_weights_folder(folder) and not training.is_weights_folder(str(tmp_path / "first"))
         fifth = training.Trainer(tiny_config(), new_vocab, tiny_train_config(1), str(tmp_path / f"fifth_{dtype}"))
