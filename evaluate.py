@@ -7,7 +7,7 @@ model with and without ELMo on two sentiment tasks, learning curves, pictures; w
     python evaluate.py --sizes=32,64 --seeds=0,1 --adapt_steps=20 --tm_max_steps=20 --dev_examples=64 \
         --run_dir=/tmp/tiny --docs_dir=/tmp/tiny_docs      # a quick smoke run
 
-The stages and what each makes: evaluation/pipeline.py; each finished stage in --run_dir is reused when the command
+The stages and what each makes: evaluation/stages.py; each finished stage in --run_dir is reused when the command
 is run again (--redo=STAGE repeats one).
 """
 
@@ -40,7 +40,7 @@ def refuse(message: str) -> None:
 def main(argv):
     if len(argv) > 1:
         refuse(f"Unexpected arguments: {argv[1:]}")
-    from evaluation import pipeline, run_settings  # (numeric flags were checked when absl parsed them: flag_checks)
+    from evaluation import run_settings, stages  # (numeric flags were checked when absl parsed them: flag_checks)
     from elmo_tf.errors import InputError
 
     settings = types.SimpleNamespace(**{name: FLAGS[name].value for name in set(FLAGS) - _OTHER_FLAGS},
@@ -50,7 +50,7 @@ def main(argv):
         refuse(problem)
     logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines about saving; progress is printed
     try:
-        pipeline.run(settings)
+        stages.run(settings)
     except (LookupError, InputError) as e:  # a stage needs one that has not run; a biLM's files cannot be read
         refuse(str(e))
 

@@ -24,7 +24,7 @@ import numpy as np
 
 
 def subset(n_total: int, size: int, seed: int) -> np.ndarray:
-    """The training (or dev) examples evaluation/downstream.py's `subset` draws: `size` of `n_total` with `seed`, sorted
+    """The training (or dev) examples evaluation/classifiers.py's `subset` draws: `size` of `n_total` with `seed`, sorted
     (all when size is 0 or too large). (Not imported from there: that module loads TensorFlow with legacy Keras.)"""
     if size <= 0 or size >= n_total:
         return np.arange(n_total)
@@ -165,7 +165,7 @@ def train_again(folder: str, seed: str, change: dict, train, y_train: np.ndarray
     """The task model saved in `folder` trained again as it was (the same `size` examples of `train` drawn with
     `seed`, initialisation, batches, epochs and rate) with `change` applied to its TaskModelConfig (e.g.
     elmo_dropout=0). `model`: one built before, re-used (not traced again) when its configuration is the same."""
-    from elmo_tf.downstream import task_model as TM
+    from elmo_tf.downstream import features as F, task_model as TM
     from elmo_tf.downstream.data import label_ids
 
     with open(os.path.join(folder, TM.CONFIG_NAME), encoding="utf-8") as f:
@@ -177,7 +177,7 @@ def train_again(folder: str, seed: str, change: dict, train, y_train: np.ndarray
         model.build_on_dummy()
     TM.reinitialize(model, int(seed))
     idx = subset(len(y_train), size, int(seed))
-    TM.fit(model, TM.subset(train, idx), vectors, label_ids(y_train[idx], classes), epochs=epochs, batch_size=batch_size,
+    TM.fit(model, F.subset(train, idx), vectors, label_ids(y_train[idx], classes), epochs=epochs, batch_size=batch_size,
            learning_rate=learning_rate, seed=int(seed))
     return model
 

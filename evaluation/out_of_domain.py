@@ -36,7 +36,7 @@ VARIANTS = ("g_task", "h_task_elmo", "i_task_elmo_adapted")
 DOMAINS = ("movie", "amazon", "nyt", "tweets")  # movie: the task's own (in-domain) dev examples
 NAMES = {"g_task": "(g)", "h_task_elmo": "(h)", "i_task_elmo_adapted": "(i)"}
 LABEL_NAMES = {"0": "negative", "1": "positive"}
-# The name of each variant's per-token features in stage clf_en_movie's cache (evaluation/downstream.py's TASK_MODELS).
+# The name of each variant's per-token features in stage clf_en_movie's cache (evaluation/classifiers.py's TASK_MODELS).
 TRAIN_CACHE = {"g_task": "words", "h_task_elmo": "module", "i_task_elmo_adapted": "module_adapted"}
 
 
@@ -155,6 +155,7 @@ def score(run_dir: str, model_dirs: dict, data: dict, batch_size: int) -> tuple[
     """Features of every domain per variant (cached in run_dir/out_of_domain/) and every saved model's probabilities.
     Returns ({variant: {domain: Features}}, {variant: {domain: {seed: probs [N, C]}}}, {variant: TokenFeatures})."""
     from elmo_tf.downstream import task_model as TM
+    from elmo_tf.downstream.features import Features, TokenFeatures
 
     out_dir = os.path.join(run_dir, "out_of_domain")
     os.makedirs(out_dir, exist_ok=True)
@@ -166,14 +167,14 @@ def score(run_dir: str, model_dirs: dict, data: dict, batch_size: int) -> tuple[
         if len(set(paths.values())) != 1:
             raise RuntimeError(f"The saved {variant} models read different word vectors or modules: {paths}.")
         first = next(iter(configs.values()))
-        encoders[variant] = encoder = TM.TokenFeatures(*next(iter(paths.values())), first["tokenizer"], first["max_tokens"])
+        encoders[variant] = encoder = TokenFeatures(*next(iter(paths.values())), first["tokenizer"], first["max_tokens"])
         features[variant], probs[variant] = {}, {}
         for domain, (_, texts) in data.items():
             path = os.path.join(out_dir, f"features_{variant}_{domain}.npz")
             if not os.path.isfile(path):
                 print(f"  {variant}: features of {len(texts)} {domain} texts", flush=True)
                 encoder.compute(texts, batch_size).save(path)
-            features[variant][domain] = TM.Features.load(path)
+            features[variant][domain] = Features.load(path)
         for seed, d in seeds.items():
             model = TM.TaskModel(TM.TaskModelConfig(**configs[seed]["model"]))
             model.build_on_dummy()
@@ -189,16 +190,16 @@ def score(run_dir: str, model_dirs: dict, data: dict, batch_size: int) -> tuple[
 def training_features(run_dir: str, clf_dir: str, variant: str, encoder, texts: list[str], batch_size: int):
     """Per-token features of the task's training texts for `variant`: stage clf_en_movie's cache when it holds them,
     else computed (cached in run_dir/out_of_domain/)."""
-    from elmo_tf.downstream import task_model as TM
+    from elmo_tf.downstream.features import Features
 
     cached = os.path.join(clf_dir, f"token_features_{TRAIN_CACHE[variant]}_train.npz")
-    if os.path.isfile(cached) and len(TM.Features.load(cached).lengths) == len(texts):
-        return TM.Features.load(cached)
+    if os.path.isfile(cached) and len(Features.load(cached).lengths) == len(texts):
+        return Features.load(cached)
     path = os.path.join(run_dir, "out_of_domain", f"features_{variant}_train.npz")
     if not os.path.isfile(path):
         print(f"  {variant}: features of {len(texts)} training texts", flush=True)
         encoder.compute(texts, batch_size).save(path)
-    return TM.Features.load(path)
+    return Features.load(path)
 
 
 # -- findings: sentences written from the measurements ------------------------------------------------------------
@@ -360,7 +361,7 @@ def specialised_more(drops: dict) -> bool:
 
 
 def run_stage(pipeline, clf: dict, module: dict, adapt: dict | None) -> dict:
-    """The stage (evaluation/pipeline.py): scores the saved task models of `clf` (stage clf_en_movie's state) on every
+    """The stage (evaluation/stages.py): scores the saved task models of `clf` (stage clf_en_movie's state) on every
     domain, measures what the findings rest on (`diagnose`), writes the JSON files. `module`, `adapt`: stages
     module_en's and adapt_en_movie's states (their biLMs' perplexities per domain; `adapt` None without adaptation)."""
     from evaluation.lm import write_json

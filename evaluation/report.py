@@ -4,7 +4,7 @@
     python -m evaluation.report runs/eval/classifiers/results.json --docs_dir=/tmp/docs   # a run folder's, elsewhere
 
 The page: evaluation/page.py (its words: evaluation/findings.py); the figures: evaluation/figures.py. The run's
-last stage (evaluation/pipeline.py, stage `report`) writes results.json (evaluation/results.py), then calls
+last stage (evaluation/stages.py, stage `report`) writes results.json (evaluation/results.py), then calls
 `write_report`. The out-of-domain scores are read from results.json's "out_of_domain", else from the
 out_of_domain.json beside it.
 """

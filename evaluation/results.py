@@ -68,7 +68,7 @@ def _polysemy(state: dict, langs) -> dict:
 
 
 def gather(pipeline, states: dict, started: float, *, langs: dict, tasks: dict, given: dict[str, bool]) -> dict:
-    """results.json of a run (`pipeline`: evaluation.pipeline.Pipeline, read for its settings, folders and budgets) from
+    """results.json of a run (`pipeline`: evaluation.stages.Pipeline, read for its settings, folders and budgets) from
     its stages' states. `langs`, `tasks`: the pipeline's; `given`: per language, whether --bilm_<lang> named its biLM."""
     from elmo_tf.utils import machine
 

@@ -1,4 +1,4 @@
-"""The flags of `evaluate.py`, one per setting of the pipeline (`evaluation/pipeline.py` reads them by name from
+"""The flags of `evaluate.py`, one per setting of the pipeline (`evaluation/stages.py` reads them by name from
 `settings`); defined when this module is imported, checked by absl when the command parses them (`flag_checks`)."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ flags.DEFINE_list("seeds", [str(k) for k in range(5)], "Classifier seeds (mean Â
                   "training subset of each size and the classifier's initialisation.")
 flag_checks.check_number_list("seeds", 0, SEED_MAX, integer=True, min_length=1)
 flags.DEFINE_list("variants", list(DEFAULT_VARIANTS),
-                  "Classifier variants (see evaluation/downstream.py). The default: the task model without ELMo (g), with the "
+                  "Classifier variants (see evaluation/classifiers.py). The default: the task model without ELMo (g), with the "
                   "general (h), the domain-adapted (i) and a random-weight biLM (j), and the reference rows word2vec (e) and "
                   "TF-IDF (f). The earlier mean-pooled ELMo classifiers: a_layer0, b_top, c_mix, and fine-tuned "
                   "d_finetune_plain, d_finetune_ulmfit (they need c_mix).")

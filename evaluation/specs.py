@@ -20,7 +20,7 @@ LANGS = {
            "corpus": "the Chinese corpus in data/chinese (a classical novel, fortunes and software documentation), as "
                      "characters"},
 }
-# The task model variants (evaluation/downstream.py's TASK_MODELS): each trains in a worker of its own (`work_units`).
+# The task model variants (evaluation/classifiers.py's TASK_MODELS): each trains in a worker of its own (`work_units`).
 TASK_MODEL_VARIANTS = ("g_task", "h_task_elmo", "i_task_elmo_adapted", "j_task_elmo_random")
 NEEDS_ADAPTATION = {"i_task_elmo_adapted", "j_task_elmo_random"}  # their biLMs come from the adaptation stage
 TASKS = {

@@ -1,7 +1,7 @@
-"""The evaluation's classifier worker processes: units of work (`python -m evaluation.downstream --spec=...`) run up
+"""The evaluation's classifier worker processes: units of work (`python -m evaluation.classifiers --spec=...`) run up
 to a number of processes at once, largest first, beside whatever the pipeline does meanwhile.
 
-The pipeline (evaluation/pipeline.py) cuts the classifier work into units and starts the ones that need no adapted
+The pipeline (evaluation/stages.py) cuts the classifier work into units and starts the ones that need no adapted
 biLM before the adaptation stages, one process at a time beside them; the units of the adapted and random biLMs join
 once the adaptation is done, and the rest run with every slot (`--classifier_workers`). Each unit's worker skips the
 classifiers already saved, so a run that stopped continues where it was.
@@ -19,7 +19,7 @@ class Workers:
     """Runs submitted units in worker processes, at most `slots` at once, the largest waiting unit first.
 
     Args:
-      command: the worker's command line without its spec (e.g. `[python, "-m", "evaluation.downstream"]`).
+      command: the worker's command line without its spec (e.g. `[python, "-m", "evaluation.classifiers"]`).
       cwd, env: where and with what environment the workers run.
       slots: processes at once; `set_slots` changes it while units run.
     """
@@ -88,4 +88,4 @@ class Workers:
 
 
 def worker_command() -> list[str]:
-    return [sys.executable, "-m", "evaluation.downstream"]
+    return [sys.executable, "-m", "evaluation.classifiers"]

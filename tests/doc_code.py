@@ -74,7 +74,7 @@ class Registered:
 RUN_BY_TESTS = {
     "readme_quick_start": Registered("README.md", r"from elmo_tf import Embedder\n", "tests/docs/test_quick_start.py"),
     "readme_pretrained_commands": Registered(
-        "README.md", r"\.venv/bin/python export\.py --options_file=pretrained/", "tests/downstream/test_publish.py",
+        "README.md", r"\.venv/bin/python export\.py --options_file=pretrained/", "tests/evaluation/test_publish.py",
         "bash"),
     "readme_keras": Registered("README.md", r"import os\nos\.environ\[\"TF_USE_LEGACY_KERAS\"\]",
                                "tests/export/test_keras_example.py"),

@@ -7,7 +7,7 @@ Flags not listed below are Beam pipeline options (--runner, --project, --num_wor
 PREFIX-FFFFF-CCCCCC.tfrecord (one tf.train.Example per line: file, line, text, tokens, embeddings, shape,
 dtype), PREFIX-dead_letter.jsonl (lines not embedded, with the reason) and, last, PREFIX-manifest.json.
 `python -m elmo_tf.records_to_hdf5` turns them into the HDF5 file of `elmo_tf.embed`. See
-elmo_tf/embedding/pipeline.py (the pipeline) and elmo_tf/embedding/records.py (the format).
+elmo_tf/embedding/beam_pipeline.py (the pipeline) and elmo_tf/embedding/records.py (the format).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def settings_from_flags():
     """Checks the flags (cheap checks only, before Beam and TensorFlow start) and returns EmbedSettings."""
-    from elmo_tf.embedding.pipeline import EmbedSettings
+    from elmo_tf.embedding.beam_pipeline import EmbedSettings
 
     for name in ("input_pattern", "output_prefix", "module"):
         if not FLAGS[name].value:
@@ -102,7 +102,7 @@ def main(argv):
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from elmo_tf.embedding.pipeline import run
+    from elmo_tf.embedding.beam_pipeline import run
 
     logging.info("Embedding %d file(s) matching %s into %s-*.", len(files), settings.input_pattern,
                  settings.output_prefix)

@@ -12,7 +12,7 @@ import os
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from elmo_tf.embedding.pipeline import EmbedSettings, input_files
+from elmo_tf.embedding.beam_pipeline import EmbedSettings, input_files
 from elmo_tf.embedding.records import check_prefix_settings
 from elmo_tf.errors import ConfigError, EmbedError
 from elmo_tf.model.config import BiLMConfig

@@ -27,7 +27,7 @@ from elmo_tf.model.bilm import PRECISIONS, BiLM, with_precision
 from elmo_tf.utils import machine
 from elmo_tf.errors import ExportError
 from elmo_tf.export.folder import check_export_target, write_export
-from elmo_tf.export.hdf5 import export_hdf5  # noqa: F401 (evaluation/pipeline.py imports it from here still)
+from elmo_tf.export.hdf5 import export_hdf5  # noqa: F401 (evaluation/stages.py imports it from here still)
 from elmo_tf.layers.scalar_mix import ScalarMix
 
 TRAINABLE_CHOICES = ("mix", "all", "none")

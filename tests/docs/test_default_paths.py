@@ -3,7 +3,7 @@
 The commands: every file that runs as a program (`if __name__ == "__main__":`) among the top-level scripts,
 elmo_tf/ (the `python -m elmo_tf.X` forwarders and elmo_tf/commands/, behind the console scripts), evaluation/,
 benchmarks/, scripts/ and examples/, and that takes flags (absl's or argparse's; a file that takes none, such as
-evaluation/downstream.py, a worker given its spec, has no defaults). Each is loaded, not run, by
+evaluation/classifiers.py, a worker given its spec, has no defaults). Each is loaded, not run, by
 tests/docs/command_defaults.py in one child process, which reports the string defaults of the command's own flags.
 
 The rule, for every string default (and every item of a list default):
@@ -125,7 +125,7 @@ def test_the_commands_are_found_and_read(found):
     assert len(benchmarks) >= 13, benchmarks
     # the programs without flags: a worker given its spec file, a fixture script writing to a fixed folder of tests/,
     # a comparison of the run folders given as its arguments (no defaults)
-    assert set(without) <= {"evaluation/downstream.py", "scripts/make_torch_pickle_fixtures.py",
+    assert set(without) <= {"evaluation/classifiers.py", "scripts/make_torch_pickle_fixtures.py",
                             "scripts/step_losses.py"}, without
     assert {c: r["flags"] for c, r in found.items() if not r["flags"]} == {}  # each command's own flags are read
     # only the scripts that run in another environment (torch, EFML) load with stand-ins

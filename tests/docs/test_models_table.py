@@ -5,7 +5,7 @@ replaced by a small stand-in in tests/fixtures/ (STAND_INS), the command runs `e
 export is loaded and embeds one sentence of the stand-in's reference: its vectors must be the original
 implementation's (each fixture's reference.npz). The four AllenNLP sizes and NLPL's files all become the same command
 line on the tiny fixture, so it runs once; each export is shared with the other tests that run the same command. The rows of our published biLMs are the
-README's commands, which tests/downstream/test_publish.py runs as written.
+README's commands, which tests/evaluation/test_publish.py runs as written.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def table_rows() -> list[Row]:
 
 
 def readme_export_commands() -> set[str]:
-    """The export commands of the README's block that tests/downstream/test_publish.py runs as written."""
+    """The export commands of the README's block that tests/evaluation/test_publish.py runs as written."""
     entry = RUN_BY_TESTS["readme_pretrained_commands"]
     (block,) = [b for b in blocks(entry.doc) if b.language == entry.language and re.match(entry.begins, b.code)]
     return {command.split(" && ")[0] for command in shell_commands(block.code)}

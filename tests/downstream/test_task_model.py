@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from elmo_tf.downstream import saved, task_model as TM, tfidf  # noqa: E402
+from elmo_tf.downstream import features as F, saved, task_model as TM, tfidf  # noqa: E402
 from elmo_tf.errors import ClassifierError  # noqa: E402
 from tests.doc_code import exec_doc_code  # noqa: E402
 from tests.shared_builds import reference_export  # noqa: E402
@@ -112,7 +112,7 @@ def _toy_features(n, seed, width=6):
         rows.append(words)
         labels.append(i % 2)
     ids = np.array(rows, np.int32)
-    return TM.Features(ids.reshape(-1), np.arange(0, ids.size + 1, width, dtype=np.int64)), np.array(labels)
+    return F.Features(ids.reshape(-1), np.arange(0, ids.size + 1, width, dtype=np.int64)), np.array(labels)
 
 
 @pytest.mark.slow  # two traced models trained for a few hundred steps (~25 s on a busy 2-core machine)
@@ -136,11 +136,11 @@ def test_fit_learns_word_order_and_reinitialize_repeats_a_fresh_run():
 
 def test_predict_proba_keeps_the_examples_order():
     vectors = np.random.RandomState(0).randn(10, 4).astype(np.float32)
-    features = TM.Features(np.arange(1, 10, dtype=np.int32), np.array([0, 5, 6, 9], np.int64))  # lengths 5, 1, 3
+    features = F.Features(np.arange(1, 10, dtype=np.int32), np.array([0, 5, 6, 9], np.int64))  # lengths 5, 1, 3
     model = _model(hidden=3, dense=3)
     probs = TM.predict_proba(model, features, vectors, batch_size=2)
     for i in range(3):
-        one = TM.subset(features, np.array([i]))
+        one = F.subset(features, np.array([i]))
         np.testing.assert_allclose(probs[i], TM.predict_proba(model, one, vectors)[0], rtol=1e-5, atol=1e-6)
 
 
@@ -169,7 +169,7 @@ def _word_vectors(folder, words, dim=5):
 
 def test_token_features_are_the_modules_outputs(module, tmp_path):
     vectors = _word_vectors(tmp_path / "w2v", ["the", "cat", "sat", "mat"])
-    encoder = TM.TokenFeatures(str(tmp_path / "w2v"), module, "whitespace", max_tokens=4)
+    encoder = F.TokenFeatures(str(tmp_path / "w2v"), module, "whitespace", max_tokens=4)
     texts = ["the cat sat on the mat", "unknown words here", "", "mat"]
     features = encoder.compute(texts, batch_size=2)
     assert features.lengths.tolist() == [4, 3, 0, 1]
@@ -185,14 +185,14 @@ def test_token_features_are_the_modules_outputs(module, tmp_path):
     np.testing.assert_array_equal(batch["words"][1, 1:], 0)
     path = str(tmp_path / "f.npz")
     features.save(path)
-    again = TM.Features.load(path)
+    again = F.Features.load(path)
     np.testing.assert_array_equal(again.elmo, features.elmo)
     np.testing.assert_array_equal(again.offsets, features.offsets)
 
 
 def test_saved_task_model_gives_from_text_what_was_scored(module, tmp_path):
     _word_vectors(tmp_path / "w2v", ["good", "bad", "film", "the"])
-    encoder = TM.TokenFeatures(str(tmp_path / "w2v"), module, "whitespace", max_tokens=5)
+    encoder = F.TokenFeatures(str(tmp_path / "w2v"), module, "whitespace", max_tokens=5)
     texts = ["the film was good", "bad film", "good good film here and more", "the bad", "film"] * 4
     labels = np.array([1, 0, 1, 0, 1] * 4)
     features = encoder.compute(texts)

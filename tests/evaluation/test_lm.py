@@ -1,5 +1,6 @@
 """Domain adaptation as the evaluation runs it (evaluation/lm.py): a task's unlabelled texts as a corpus, continued
-pretraining from the general biLM, and the dev perplexity before and after, measured as an exported module runs."""
+pretraining from the general biLM, and the dev perplexity before and after, measured as an exported module runs; and
+the LM corpus's sources mixed into shards."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from evaluation.lm import adapt_lm, module_protocol_perplexity, prepare_corpus, task_corpus, train_lm  # noqa: E402
+from evaluation.lm import (  # noqa: E402
+    adapt_lm, mix_shards, module_protocol_perplexity, prepare_corpus, task_corpus, train_lm,
+)
 from tests.conftest import FIXTURES  # noqa: E402
 
 GENERAL = ["the weather is cold today .", "rain fell on the town all night .", "a cold wind came from the sea .",
@@ -63,3 +66,22 @@ def test_adaptation_starts_from_the_general_bilm_and_lowers_dev_perplexity(tmp_p
     assert names
     for name in names:
         np.testing.assert_allclose(reader[frozen].get_tensor(name), reader[general].get_tensor(name), atol=1e-6, err_msg=name)
+
+
+def test_lm_corpus_sources_are_mixed_into_shards(tmp_path):
+    """Every line kept once, each shard drawn from every source, the same order on every run."""
+    sources = {"novel.txt": [f"novel {i}" for i in range(40)], "docs.txt": [f"docs {i}" for i in range(24)]}
+    runs = []
+    for run in ("a", "b"):
+        folder = tmp_path / run
+        folder.mkdir()
+        for name, lines in sources.items():
+            (folder / name).write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+        mix_shards(str(folder), 4, seed=0)
+        shards = {p.name: p.read_text(encoding="utf-8").splitlines() for p in sorted(folder.iterdir())}
+        runs.append(shards)
+    assert runs[0] == runs[1] and sorted(runs[0]) == [f"shard-{k:02d}.txt" for k in range(4)]
+    every = [l for lines in runs[0].values() for l in lines]
+    assert sorted(every) == sorted(sources["novel.txt"] + sources["docs.txt"])
+    for lines in runs[0].values():
+        assert {l.split()[0] for l in lines} == {"novel", "docs"} and len(lines) == 16

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from elmo_tf.errors import InputError
-from evaluation import pipeline
+from evaluation import run_settings, stages
 from evaluation.bilm_source import detect_bilm, fit_problem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -229,18 +229,18 @@ def test_adaptation_starts_from_the_given_biLM_with_a_fresh_softmax(module_run, 
     task_dir.mkdir()
     for split, n in (("train", 40), ("dev", 8)):
         (task_dir / f"{split}.tsv").write_text("label\ttext\n" + "".join(f"{i % 2}\t{REVIEWS[i % 4]}\n" for i in range(n)))
-    monkeypatch.setitem(pipeline.TASKS, "en_movie", {"lang": "en", "dir": str(task_dir)})
+    monkeypatch.setitem(stages.TASKS, "en_movie", {"lang": "en", "dir": str(task_dir)})
     settings = types.SimpleNamespace(run_dir=str(tmp_path / "run"), adapt_steps=1, lm_max_minutes=10.0, adapt_eval_every=1,
                                      seed=0, adapt_learning_rate=1e-30)
-    summary = pipeline.Pipeline(settings).adapt("en_movie", state)
+    summary = stages.Pipeline(settings).adapt("en_movie", state)
     assert summary["complete"] and summary["dev_before"] is None and np.isfinite(summary["dev_after"]["perplexity"])
-    assert summary["bilm"] == state["bilm"] and summary["training"] == pipeline.ADAPT_TRAINING
+    assert summary["bilm"] == state["bilm"] and summary["training"] == stages.ADAPT_TRAINING
     save_dir = tmp_path / "run" / "adapt" / "en_movie" / "lm"
     words = (save_dir / "vocab.txt").read_text().split()
     assert sorted(words[3:]) == sorted({w for r in REVIEWS for w in r.split()})  # <S>, </S>, <UNK>, then the task's
     options = json.loads((save_dir / "options.json").read_text())
     # The adaptation's training fields, whatever the biLM's options say (its negatives: at most the vocabulary's size).
-    assert {k: options[k] for k in pipeline.ADAPT_TRAINING} == dict(pipeline.ADAPT_TRAINING, n_negative_samples_batch=len(words))
+    assert {k: options[k] for k in stages.ADAPT_TRAINING} == dict(stages.ADAPT_TRAINING, n_negative_samples_batch=len(words))
     # The adapted biLM is the given one (the original TF1 module's layers); (j)'s is not.
     layers, ref, mask = module_layers(summary["module_adapted"])
     sentence, token = mask.nonzero()  # the real tokens

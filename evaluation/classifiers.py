@@ -1,6 +1,6 @@
 """Worker: trains and saves every classifier variant of one task (run by evaluate.py in its own process).
 
-    TF_USE_LEGACY_KERAS=1 python -m evaluation.downstream --spec=SPEC.json
+    TF_USE_LEGACY_KERAS=1 python -m evaluation.classifiers --spec=SPEC.json
 
 SPEC.json holds the task (data files, module, word vectors, tokenizer) and the budget. Each finished
 classifier folder (with its metrics.json) is kept, so a re-run continues with the missing ones.
@@ -44,6 +44,7 @@ import tensorflow as tf  # noqa: E402
 
 from elmo_tf.downstream import classifier as C  # noqa: E402
 from elmo_tf.downstream import task_model as TM  # noqa: E402
+from elmo_tf.downstream import features as F  # noqa: E402
 from elmo_tf.downstream.data import label_ids  # noqa: E402
 from elmo_tf.downstream.tfidf import TfidfClassifier  # noqa: E402
 from elmo_tf.downstream.finetune import FineTuneConfig  # noqa: E402
@@ -216,11 +217,11 @@ def run(spec: dict) -> None:
     def token_features(key):
         path = os.path.join(out_dir, f"token_features_{key or 'words'}.npz")
         paths = {"train": path.replace(".npz", "_train.npz"), "dev": path.replace(".npz", "_dev.npz")}
-        features = TM.TokenFeatures(spec["word2vec"], spec[key] if key else None, spec["tokenizer"], b["max_tokens"])
+        features = F.TokenFeatures(spec["word2vec"], spec[key] if key else None, spec["tokenizer"], b["max_tokens"])
         out = {}
         for split, texts in (("train", x_all), ("dev", x_dev)):
             if os.path.isfile(paths[split]):
-                out[split] = TM.Features.load(paths[split])
+                out[split] = F.Features.load(paths[split])
                 continue
             log(f"{task}: per-token features of {len(texts)} {split} texts ({key or 'word2vec only'})")
             out[split] = features.compute(texts, b["batch_size"] * 2)
@@ -248,7 +249,7 @@ def run(spec: dict) -> None:
                 started = time.time()
                 idx = subset(len(x_all), size, seed)
                 TM.reinitialize(model, seed)
-                train = TM.subset(feats["train"], idx)
+                train = F.subset(feats["train"], idx)
                 y = label_ids(y_all[idx], classes)
                 losses = TM.fit(model, train, encoder.vectors, y, epochs=epochs_for(len(idx), b["batch_size"], tm["epochs"],
                                 tm["min_steps"], tm["max_steps"]), batch_size=b["batch_size"],
@@ -360,7 +361,7 @@ def run(spec: dict) -> None:
 
 def main(argv: list[str]) -> None:
     if len(argv) != 2 or not argv[1].startswith("--spec="):
-        sys.exit("usage: python -m evaluation.downstream --spec=SPEC.json")
+        sys.exit("usage: python -m evaluation.classifiers --spec=SPEC.json")
     with open(argv[1].split("=", 1)[1]) as f:
         spec = json.load(f)
     if spec.get("threads"):  # several workers side by side: one thread per op each (before TensorFlow starts its pools)
