@@ -81,13 +81,11 @@ def product_fn(w, layouts: tuple[str, str], large, w_t=None):
         layout = layouts[large] if isinstance(large, bool) else small_layout
         return make(layout, w_t if w_t is not None or layout == "plain" else tf.transpose(w))
     needs_copy = [layout != "plain" for layout in layouts]
-    if w_t is not None or not any(needs_copy):
-        pass
-    elif all(needs_copy):
+    if w_t is None and all(needs_copy):
         w_t = tf.transpose(w)
-    elif any(needs_copy):  # the copy only when it is used
+    elif w_t is None and any(needs_copy):  # the copy only when the layout taken needs it
         empty = tf.zeros([0, w.shape[0]], w.dtype)
-        w_t = tf.cond(large, lambda: tf.transpose(w), lambda: empty) if needs_copy[1] else tf.cond(
-            large, lambda: empty, lambda: tf.transpose(w))
+        copy, skip = (lambda: tf.transpose(w)), (lambda: empty)
+        w_t = tf.cond(large, copy, skip) if needs_copy[1] else tf.cond(large, skip, copy)
     small, big = make(small_layout, w_t), make(large_layout, w_t)
     return lambda rows: tf.cond(large, lambda: big(rows), lambda: small(rows))
