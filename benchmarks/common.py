@@ -6,12 +6,15 @@ import json
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any, Sequence
 
 import elmo_tf  # noqa: E402,F401  (TensorFlow's environment defaults, before TensorFlow loads)
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def machine() -> dict[str, Any]:
@@ -132,3 +135,45 @@ def matmul_gflops(n: int = 4096, repeats: int = 10) -> float:
         matmul().numpy()
         times.append(time.perf_counter() - start)
     return 2.0 * n**3 / median(times) / 1e9
+
+
+def write_random_model(preset: str, folder: str) -> tuple[str, str]:
+    """options.json + weights.hdf5 of the preset with seeded random weights."""
+    import keras
+
+    from elmo_tf.model import presets
+    from elmo_tf.model.bilm import BiLM
+    from elmo_tf.model.weights_io import save_weights
+
+    keras.utils.set_random_seed(0)
+    config = presets.preset(preset)
+    model = BiLM(config)
+    model.build()
+    options, weights = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
+    with open(options, "w") as f:
+        json.dump(config.to_dict(), f)
+    save_weights(model, weights)
+    return options, weights
+
+
+def random_model_in_child(preset: str, folder: str) -> tuple[str, str]:
+    """`write_random_model` in a child process, so the benchmark's own process stays small (its RSS is the rows')."""
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); "
+                    f"from benchmarks.common import write_random_model; write_random_model({preset!r}, {folder!r})"],
+                   check=True)
+    return os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
+
+
+def run_worker(script: str, job: dict, what: str) -> dict:
+    """Runs `script --worker JOB` (a fresh process for one measurement) and returns what it printed with
+    `worker_result`; exits naming `what` with the child's error output if it failed."""
+    done = subprocess.run([sys.executable, script, "--worker", json.dumps(job)], capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        sys.exit(f"{what} failed:\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def worker_result(result: dict) -> None:
+    """A worker's answer to `run_worker`."""
+    print("RESULT " + json.dumps(result), flush=True)

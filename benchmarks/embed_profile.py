@@ -21,7 +21,6 @@ import collections
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -89,7 +88,7 @@ def run_row(row: dict) -> dict:
 def main(argv):
     del argv
     if FLAGS.worker:
-        print("RESULT " + json.dumps(run_row(json.loads(FLAGS.worker))))
+        common.worker_result(run_row(json.loads(FLAGS.worker)))
         return
     for precision in FLAGS.precisions:
         if precision not in ("float32", "bfloat16", "float16"):
@@ -102,19 +101,11 @@ def main(argv):
         raise app.UsageError(f"--batch_sizes: each must be at least 1, received {FLAGS.batch_sizes}.")
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); "
-                        f"from benchmarks.embed_speed import write_random_model; "
-                        f"write_random_model({FLAGS.preset!r}, {folder!r})"], check=True)
+        options, weights = common.random_model_in_child(FLAGS.preset, folder)
         for batch_size in batch_sizes:
             spec = {"batch_size": batch_size, "batches": FLAGS.batches, "passes": FLAGS.passes, "sample": FLAGS.sample,
-                    "precisions": FLAGS.precisions, "options": os.path.join(folder, "options.json"),
-                    "weights": os.path.join(folder, "weights.hdf5")}
-            done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True,
-                                  text=True)
-            lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
-            if done.returncode != 0 or not lines:
-                sys.exit(f"Batch size {batch_size} failed:\n{done.stderr[-3000:]}")
-            results = json.loads(lines[-1][len("RESULT "):])
+                    "precisions": FLAGS.precisions, "options": options, "weights": weights}
+            results = common.run_worker(__file__, spec, f"Batch size {batch_size}")
             for precision in FLAGS.precisions:
                 rows.append({"batch": batch_size, "precision": precision, **results[precision]})
             if "float32" in results:

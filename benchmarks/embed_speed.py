@@ -21,7 +21,6 @@ benchmarks/results/embed_speed[_<tag>].json.
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,25 +44,6 @@ flags.DEFINE_list("precisions", ["float32"], "Precisions of the Embedder (float3
                   "side by side in each row's process, passes alternating.")
 flags.DEFINE_string("worker", None, "Internal: run one row (JSON) and print its result.")
 FLAGS = flags.FLAGS
-
-
-def write_random_model(preset: str, folder: str) -> tuple[str, str]:
-    """options.json + weights.hdf5 of the preset with seeded random weights."""
-    import keras
-
-    from elmo_tf.model import presets
-    from elmo_tf.model.bilm import BiLM
-    from elmo_tf.model.weights_io import save_weights
-
-    keras.utils.set_random_seed(0)
-    config = presets.preset(preset)
-    model = BiLM(config)
-    model.build()
-    options, weights = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
-    with open(options, "w") as f:
-        json.dump(config.to_dict(), f)
-    save_weights(model, weights)
-    return options, weights
 
 
 def run_row(row: dict) -> dict:
@@ -107,7 +87,7 @@ def main(argv):
         if precision not in ("float32", "bfloat16", "float16"):
             raise app.UsageError(f"--precisions: {precision!r} is not one of float32, bfloat16, float16.")
     if FLAGS.worker:
-        print("RESULT " + json.dumps(run_row(json.loads(FLAGS.worker))))
+        common.worker_result(run_row(json.loads(FLAGS.worker)))
         return
     from elmo_tf.model import presets
 
@@ -121,21 +101,12 @@ def main(argv):
         jobs.append({"mode": "embed_file", "batch_size": FLAGS.bucketed_batch_size, "sorted": True})
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        # Written in a child process, so this process stays small and the rows' RSS is their own.
-        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); "
-                        f"from benchmarks.embed_speed import write_random_model; "
-                        f"write_random_model({FLAGS.preset!r}, {folder!r})"], check=True)
-        options, weights = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
+        options, weights = common.random_model_in_child(FLAGS.preset, folder)
         weight_mb = os.path.getsize(weights) / 2**20
         for job in jobs:
             spec = dict(job, options=options, weights=weights, sample=FLAGS.sample, repeats=FLAGS.repeats,
                         precisions=FLAGS.precisions)
-            done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True,
-                                  text=True)
-            lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
-            if done.returncode != 0 or not lines:
-                sys.exit(f"Row {job} failed:\n{done.stderr[-3000:]}")
-            results = json.loads(lines[-1][len("RESULT "):])
+            results = common.run_worker(__file__, spec, f"Row {job}")
             for precision in FLAGS.precisions:
                 row = dict(job, precision=precision, **results[precision])
                 row["GFLOP/s useful"] = row["tokens/s"] * flops / 1e9

@@ -4,7 +4,7 @@
         [--rounds=3] [--batch1_sentences=20] [--unknown_fraction=0.1] [--mixed_batch_sizes=1,64]
         [--profile_batch_sizes=1,64] [--name=token_cache_speed]
 
-The model has the preset's size with seeded random weights (`embed_speed.write_random_model`); the vocabulary is the
+The model has the preset's size with seeded random weights (`common.write_random_model`); the vocabulary is the
 sample's own tokens plus `<S>`, `</S>`, `<UNK>`. Each precision is exported twice the way users do it, `export.py
 --options_file --weight_file --precision=P --export_dir=...`, once with `--vocab_file=VOCAB` (the token cache) and
 once without, and each module is run through `Embedder(module folder)` (`tf.saved_model.load`, its `tokens`
@@ -167,11 +167,7 @@ def run_profile(job: dict) -> dict:
 
 
 def child(job: dict, log_name: str) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(job)], capture_output=True, text=True)
-    lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        sys.exit(f"{log_name} failed:\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return common.run_worker(__file__, job, log_name)
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
@@ -182,7 +178,7 @@ def main(argv):
     if FLAGS.worker:
         job = json.loads(FLAGS.worker)
         result = {"memory": run_memory, "speed": run_speed, "profile": run_profile}[job["kind"]](job)
-        print("RESULT " + json.dumps(result))
+        common.worker_result(result)
         return
     from elmo_tf.model import presets
     from elmo_tf.text.vocab import SPECIAL_TOKENS, Vocabulary
@@ -194,10 +190,7 @@ def main(argv):
     started = time.time()
     sentences = read_sentences(FLAGS.sample)
     with tempfile.TemporaryDirectory(prefix="token_cache_speed_") as folder:
-        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); "
-                        f"from benchmarks.embed_speed import write_random_model; "
-                        f"write_random_model({FLAGS.preset!r}, {folder!r})"], check=True)
-        options, weights = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
+        options, weights = common.random_model_in_child(FLAGS.preset, folder)
         words = list(SPECIAL_TOKENS) + [t for t in dict.fromkeys(t for s in sentences for t in s)
                                         if t not in SPECIAL_TOKENS]
         vocab_file = os.path.join(folder, "vocab.txt")
