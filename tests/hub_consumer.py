@@ -3,9 +3,10 @@
 `hub.KerasLayer` needs tf_keras (Keras 2), which TensorFlow only selects when TF_USE_LEGACY_KERAS=1 is
 set before TensorFlow is first imported; the test process runs Keras 3, so this runs in its own process:
 
-    TF_USE_LEGACY_KERAS=1 python tests/hub_consumer.py JOBS.json
+    TF_USE_LEGACY_KERAS=1 python tests/hub_consumer.py < JOBS.json
 
-JOBS.json is a list of jobs; each writes `<out>.npz` + `<out>.json`, or `<out>.error` with the traceback:
+It reads the jobs from stdin once it has imported TensorFlow, so it can be started before the modules they read
+exist. JOBS.json is a list of jobs; each writes `<out>.npz` + `<out>.json`, or `<out>.error` with the traceback:
   {"kind": "embed", "module": PATH, "texts": [...], "out": PREFIX}
       a tf_keras functional model `Input(string) -> hub.KerasLayer(PATH, output_key="elmo")`;
       saves its `elmo` output (model.predict) and the Keras version used.
@@ -96,9 +97,8 @@ def finetune(job):
         json.dump(info, f)
 
 
-def main(path):
-    with open(path) as f:
-        jobs = json.load(f)
+def main():
+    jobs = json.load(sys.stdin)
     failed = 0
     for job in jobs:
         try:
@@ -111,4 +111,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())

@@ -10,6 +10,7 @@ README's commands, which tests/evaluation/test_publish.py runs as written.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -131,19 +132,22 @@ def _key(args: list[str]) -> tuple[str, ...]:
 
 ROWS = table_rows()
 SLOW_FIXTURES = ("exports",)  # tests/conftest.py marks every test using it slow
+EXPORTS_AT_ONCE = 2  # export.py children at once (each mostly busy on one core)
 
 
 @pytest.fixture(scope="module")
 def exports() -> dict[tuple[str, ...], Path]:
     """{a command line on stand-ins, without --export_dir: its export}, each distinct one exported once and shared
-    with the other tests that run the same command (tests/shared_builds.command_export)."""
+    with the other tests that run the same command (tests/shared_builds.command_export; tests/export/
+    test_converted_export.py runs the TF1, EFML and word-input ones too)."""
     todo, run_elsewhere = {}, readme_export_commands()
     for row in ROWS:
         for command in row.commands:
             if command not in run_elsewhere:
                 args = on_stand_in(command, row, Path("unused"))
                 todo.setdefault(_key(args), list(_key(args)))
-    return {key: command_export(args) for key, args in todo.items()}
+    with concurrent.futures.ThreadPoolExecutor(EXPORTS_AT_ONCE) as pool:
+        return dict(zip(todo, pool.map(command_export, todo.values())))
 
 
 @pytest.fixture(scope="module")

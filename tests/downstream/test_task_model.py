@@ -22,6 +22,7 @@ from elmo_tf.downstream import features as F, saved, task_model as TM, tfidf  # 
 from elmo_tf.errors import ClassifierError  # noqa: E402
 from tests.doc_code import exec_doc_code  # noqa: E402
 from tests.shared_builds import reference_export  # noqa: E402
+from tests.word_vectors import write_word_vectors  # noqa: E402
 
 SLOW_FIXTURES = {"module"}  # the reference fixture's export (conftest.py)
 
@@ -115,19 +116,21 @@ def _toy_features(n, seed, width=6):
     return F.Features(ids.reshape(-1), np.arange(0, ids.size + 1, width, dtype=np.int64)), np.array(labels)
 
 
-@pytest.mark.slow  # two traced models trained for a few hundred steps (~25 s on a busy 2-core machine)
+@pytest.mark.slow  # two traced models trained for a hundred steps each
 def test_fit_learns_word_order_and_reinitialize_repeats_a_fresh_run():
     vectors = np.random.RandomState(0).randn(10, 4).astype(np.float32)
     vectors[0] = 0
     train, y = _toy_features(160, 0)
     dev, y_dev = _toy_features(128, 1)
-    args = dict(epochs=10, batch_size=16, learning_rate=0.02, seed=3)
+    # 5 epochs: 0.97-0.98 dev accuracy with model seeds 0, 1, 3 (10 epochs: 0.99-1.0).
+    args = dict(epochs=5, batch_size=16, learning_rate=0.02, seed=3)
     fresh = _model(seed=3, hidden=8, dense=8, dropout=0.0)
     losses = TM.fit(fresh, train, vectors, y, **args)
     accuracy = (TM.predict_proba(fresh, dev, vectors, 50).argmax(-1) == y_dev).mean()
     assert accuracy >= 0.9, (accuracy, losses)  # a word-order task: the BiLSTM reads the sentence in order
     reused = _model(seed=0, hidden=8, dense=8, dropout=0.0)
-    TM.fit(reused, train, vectors, y, epochs=2, batch_size=16, learning_rate=0.01, seed=0)  # traced, trained, optimizer used
+    # Traced, trained, optimizer used; at the same rate and clipping, so the next fit keeps that step and optimizer.
+    TM.fit(reused, train, vectors, y, epochs=2, batch_size=16, learning_rate=0.02, seed=0)
     TM.reinitialize(reused, 3)
     assert TM.fit(reused, train, vectors, y, **args) == losses
     for a, b in zip(fresh.get_weights(), reused.get_weights()):
@@ -158,13 +161,8 @@ def module():
     return reference_export("tiny", trainable="mix")
 
 
-def _word_vectors(folder, words, dim=5):
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.write("".join(w + "\n" for w in words))
-    vectors = np.random.RandomState(4).randn(len(words), dim).astype(np.float32)
-    np.save(os.path.join(folder, "vectors.npy"), vectors)
-    return vectors
+def _word_vectors(folder, words):
+    return write_word_vectors(folder, words, dim=5, seed=4)
 
 
 def test_token_features_are_the_modules_outputs(module, tmp_path):

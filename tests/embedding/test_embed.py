@@ -9,6 +9,7 @@ after an exception, and the errors. One export of the tiny fixture is shared by 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -488,18 +489,60 @@ def run_embed(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow
-def test_cli_resumes_after_sigkill_during_a_save(module_dir, original, corpus, tmp_path):
-    out = str(tmp_path / "out.hdf5")
+def _killed_then_resumed(module_dir: str, corpus: str, out: str) -> dict:
+    """`_KILLED_CHILD`, what it left, then the command resuming its output file."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     killed = subprocess.run([sys.executable, "-c", _KILLED_CHILD, module_dir, corpus, out], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=CHILD_TIMEOUT)
-    assert killed.returncode == -9, killed.stderr[-2000:]
-    assert not os.path.exists(out)
-    assert os.path.getsize(out + ".partial.journal") > 100  # the old bytes of the two overwritten blocks
+    journal = out + ".partial.journal"
+    runs = dict(killed=killed, output_existed=os.path.exists(out),
+                journal_bytes=os.path.getsize(journal) if os.path.exists(journal) else None)
+    if killed.returncode == -9:
+        runs["resumed"] = run_embed(f"--input_file={corpus}", f"--output_file={out}", f"--module={module_dir}",
+                                    "--layers=mix", "--mix_weights=1,-0.5,2", "--gamma=0.7", "--tokenized=false",
+                                    "--chunk_lines=4")
+    return runs
 
-    resumed = run_embed(f"--input_file={corpus}", f"--output_file={out}", f"--module={module_dir}", "--layers=mix",
-                        "--mix_weights=1,-0.5,2", "--gamma=0.7", "--tokenized=false", "--chunk_lines=4")
+
+CLI_TESTS = {"test_cli_resumes_after_sigkill_during_a_save": ["sigkill"],
+             "test_cli_bad_input_is_a_one_line_error": ["missing", "invalid"],
+             "test_cli_follows_the_module_tokenizer": ["zh"]}
+
+
+@pytest.fixture(scope="module")
+def cli(module_dir, cjk_module_dir, corpus, tmp_path_factory, request):
+    """The child processes of the CLI tests of this session, started together when the first one needs them (each
+    imports TensorFlow and loads a model: ~10 s of CPU); returns (folder, {name: future})."""
+    root = tmp_path_factory.mktemp("cli")
+    (root / "bad.txt").write_bytes(b"ok\n\xff\n")
+    (root / "zh.txt").write_text("\n".join(ZH_LINES) + "\n", encoding="utf-8")
+    for name in ("sigkill", "missing", "invalid", "zh"):
+        (root / name).mkdir()
+    runs = {
+        "sigkill": lambda: _killed_then_resumed(module_dir, corpus, str(root / "sigkill" / "out.hdf5")),
+        "missing": lambda: run_embed(f"--input_file={root / 'missing.txt'}",
+                                     f"--output_file={root / 'missing' / 'o.hdf5'}", f"--module={module_dir}"),
+        "invalid": lambda: run_embed(f"--input_file={root / 'bad.txt'}", f"--output_file={root / 'invalid' / 'o.hdf5'}",
+                                     f"--options_file={OPTIONS}", f"--weight_file={WEIGHTS}", "--noprogress"),
+        "zh": lambda: run_embed(f"--input_file={root / 'zh.txt'}", f"--output_file={root / 'zh' / 'zh.hdf5'}",
+                                f"--module={cjk_module_dir}", "--noprogress"),
+    }
+    wanted = {name for item in request.session.items for name in CLI_TESTS.get(item.originalname, ())}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        yield root, {name: pool.submit(runs[name]) for name in sorted(wanted)}
+
+
+@pytest.mark.slow
+def test_cli_resumes_after_sigkill_during_a_save(cli, original):
+    root, futures = cli
+    out = str(root / "sigkill" / "out.hdf5")
+    runs = futures["sigkill"].result()
+    killed = runs["killed"]
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not runs["output_existed"]
+    assert runs["journal_bytes"] > 100  # the old bytes of the two overwritten blocks
+
+    resumed = runs["resumed"]
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Rolled" in resumed.stderr and "Resuming" in resumed.stderr
     assert not os.path.exists(out + ".partial") and not os.path.exists(out + ".partial.journal")
@@ -517,30 +560,26 @@ def test_cli_resumes_after_sigkill_during_a_save(module_dir, original, corpus, t
 
 
 @pytest.mark.slow
-def test_cli_bad_input_is_a_one_line_error(module_dir, tmp_path):
-    missing = run_embed(f"--input_file={tmp_path / 'missing.txt'}", f"--output_file={tmp_path / 'o.hdf5'}",
-                        f"--module={module_dir}")
+def test_cli_bad_input_is_a_one_line_error(cli):
+    root, futures = cli
+    missing = futures["missing"].result()
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "missing.txt' does not exist" in missing.stderr
-    bad = tmp_path / "bad.txt"
-    bad.write_bytes(b"ok\n\xff\n")
-    invalid = run_embed(f"--input_file={bad}", f"--output_file={tmp_path / 'o.hdf5'}", f"--options_file={OPTIONS}",
-                        f"--weight_file={WEIGHTS}", "--noprogress")
+    invalid = futures["invalid"].result()
     assert invalid.returncode == 2 and "Traceback" not in invalid.stderr
     assert "line 2 is not valid UTF-8" in invalid.stderr
-    assert not os.path.exists(tmp_path / "o.hdf5.partial")
+    assert not os.path.exists(root / "invalid" / "o.hdf5.partial")
 
 
 @pytest.mark.slow
-def test_cli_follows_the_module_tokenizer(cjk_module_dir, cjk_module, tmp_path):
+def test_cli_follows_the_module_tokenizer(cli, cjk_module):
     """Chinese given as plain characters, to a module exported with --tokenizer=cjk_chars: one vector per character."""
-    (tmp_path / "zh.txt").write_text("\n".join(ZH_LINES) + "\n", encoding="utf-8")
-    run = run_embed(f"--input_file={tmp_path / 'zh.txt'}", f"--output_file={tmp_path / 'zh.hdf5'}",
-                    f"--module={cjk_module_dir}", "--noprogress")
+    root, futures = cli
+    run = futures["zh"].result()
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Splitting lines with the model's tokenizer, cjk_chars" in run.stderr, run.stderr[-2000:]
     assert re.search(r"Wrote .*zh.hdf5: 4 lines \(4 embedded now", run.stderr), run.stderr[-2000:]
-    arrays, index = read_h5(str(tmp_path / "zh.hdf5"))
+    arrays, index = read_h5(str(root / "zh" / "zh.hdf5"))
     assert index == {line: str(i) for i, line in enumerate(ZH_LINES)}
     for i, (text, n) in enumerate(zip(ZH_LINES, ZH_TOKENS)):
         assert arrays[str(i)].shape == (3, n, 32), text

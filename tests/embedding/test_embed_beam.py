@@ -102,25 +102,35 @@ def run_in_process(module_dir, pattern, prefix, **overrides) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(module_dir, corpus, tmp_path_factory) -> list[dict]:
-    """The command with 2 worker processes, then the same settings in this process with 1 worker, into two
-    folders (same prefix name)."""
-    prefix = tmp_path_factory.mktemp("run0") / "emb"
-    argv = command(module_dir, corpus, prefix, "--runner=DirectRunner", "--direct_num_workers=2",
+    """The command with 2 worker processes and, while it starts (one core, importing TensorFlow and Beam), the same
+    settings in this process with 1 worker, into two folders (same prefix name)."""
+    prefixes = [tmp_path_factory.mktemp(f"run{i}") / "emb" for i in range(2)]
+    argv = command(module_dir, corpus, prefixes[0], "--runner=DirectRunner", "--direct_num_workers=2",
                    "--direct_running_mode=multi_processing")
-    child = subprocess.run(argv, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=CHILD_TIMEOUT)
-    assert child.returncode == 0, child.stderr[-3000:]
-    results = [{"prefix": prefix, "metrics": json.loads(child.stdout.strip().splitlines()[-1])["metrics"]}]
-    prefix = tmp_path_factory.mktemp("run1") / "emb"
-    metrics = run_in_process(module_dir, f"{corpus}/*.txt", prefix, max_line_bytes=MAX_LINE_BYTES,
-                             max_tokens=MAX_TOKENS)
-    results.append({"prefix": prefix, "metrics": metrics})
-    return results
+    with subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as child:
+        try:
+            metrics = run_in_process(module_dir, f"{corpus}/*.txt", prefixes[1], max_line_bytes=MAX_LINE_BYTES,
+                                     max_tokens=MAX_TOKENS)
+            stdout, stderr = child.communicate(timeout=CHILD_TIMEOUT)
+        except BaseException:
+            child.kill()
+            raise
+    assert child.returncode == 0, stderr[-3000:]
+    return [{"prefix": prefixes[0], "metrics": json.loads(stdout.strip().splitlines()[-1])["metrics"]},
+            {"prefix": prefixes[1], "metrics": metrics}]
 
 
 @pytest.fixture(scope="module")
-def embed_reference(module_dir, corpus, tmp_path_factory) -> dict:
+def embedder(module_dir) -> Embedder:
+    """`elmo_tf.embed`'s embedder with the runs' --batch_size (loading a module and tracing its calls costs ~5 s of
+    CPU, so the references share one)."""
+    return Embedder(module_dir, batch_size=BATCH_SIZE)
+
+
+@pytest.fixture(scope="module")
+def embed_reference(embedder, corpus, tmp_path_factory) -> dict:
     """`elmo_tf.embed`'s HDF5 arrays for the clean files, with the runs' --chunk_lines and --batch_size."""
-    embedder = Embedder(module_dir, batch_size=BATCH_SIZE)
     reference = {}
     for name in ("a.txt", "b.txt"):
         out = tmp_path_factory.mktemp("embed") / "out.hdf5"
@@ -162,7 +172,7 @@ def test_every_line_equals_embed(runs, embed_reference, corpus):
             np.testing.assert_array_equal(r.embeddings, want, err_msg=f"{name}:{r.line}")  # bit for bit
 
 
-def test_bad_lines_go_to_the_dead_letter_output(runs, corpus, module_dir):
+def test_bad_lines_go_to_the_dead_letter_output(runs, corpus, embedder):
     prefix = runs[0]["prefix"]
     letters = embed_records.dead_letters(str(prefix))
     assert [(Path(d["file"]).name, d["line"], d["reason"]) for d in letters] == [("c_bad.txt", *b) for b in BAD]
@@ -172,7 +182,7 @@ def test_bad_lines_go_to_the_dead_letter_output(runs, corpus, module_dir):
     # The good lines of the same file are embedded (another chunk composition: float rounding only).
     records = records_by_file(prefix)["c_bad.txt"]
     assert [r.line for r in records] == [0, 2, 5]
-    want = Embedder(module_dir).embed_texts([r.text for r in records])
+    want = embedder.embed_texts([r.text for r in records])
     for r, w in zip(records, want):
         np.testing.assert_allclose(r.embeddings, w, rtol=0, atol=TOL)
     manifest = embed_records.read_manifest(str(prefix))
@@ -229,8 +239,8 @@ def test_hdf5_conversion_needs_every_line(runs, tmp_path):
     ],
     ids=["all", "mix-float16-module-tokenizer"],
 )
-def test_hdf5_conversion_equals_embed_file(module_dir, corpus, tmp_path, monkeypatch, overrides, embedder_kwargs,
-                                          file_kwargs):
+def test_hdf5_conversion_equals_embed_file(module_dir, embedder, corpus, tmp_path, monkeypatch, overrides,
+                                          embedder_kwargs, file_kwargs):
     clean = tmp_path / "clean"
     clean.mkdir()
     for name in ("a.txt", "b.txt"):
@@ -244,7 +254,9 @@ def test_hdf5_conversion_equals_embed_file(module_dir, corpus, tmp_path, monkeyp
         run_embedding_md_blocks(tmp_path)
     # elmo_tf.embed over the two files concatenated (a.txt ends with a newline and fills whole chunks).
     (tmp_path / "both.txt").write_bytes(FILES["a.txt"] + FILES["b.txt"])
-    Embedder(module_dir, batch_size=BATCH_SIZE, **embedder_kwargs).embed_file(
+    if embedder_kwargs:
+        embedder = Embedder(module_dir, batch_size=BATCH_SIZE, **embedder_kwargs)
+    embedder.embed_file(
         str(tmp_path / "both.txt"), str(tmp_path / "embed.hdf5"), chunk_lines=CHUNK_LINES, progress=False,
         **file_kwargs)
     got, got_index = read_h5(tmp_path / "corpus.hdf5")

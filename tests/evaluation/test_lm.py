@@ -47,8 +47,9 @@ def test_adaptation_starts_from_the_general_bilm_and_lowers_dev_perplexity(tmp_p
     assert lines == [REVIEWS[i % 4] for i in range(8)]  # the texts only: no labels
 
     adapted = str(tmp_path / "adapted")
-    summary, _ = adapt_lm(general, task, adapted, steps=30, eval_every=15, learning_rate=0.5, **common)
-    assert summary["complete"] and summary["steps"] == 30
+    # 10 steps bring the dev perplexity to 0.23x the general biLM's (30 steps: 0.20x; 4 steps: 0.52x).
+    summary, _ = adapt_lm(general, task, adapted, steps=10, eval_every=5, learning_rate=0.5, **common)
+    assert summary["complete"] and summary["steps"] == 10
     for kept in ("vocab.txt", "options.json"):  # the general biLM's vocabulary, shape and training fields
         assert open(os.path.join(adapted, kept)).read() == open(os.path.join(general, kept)).read()
     # Before: the general biLM's own figure on the dev texts; after: the adapted one's, both as a module runs them.
@@ -56,7 +57,7 @@ def test_adaptation_starts_from_the_general_bilm_and_lowers_dev_perplexity(tmp_p
     assert summary["dev_after"] == module_protocol_perplexity(adapted, task["heldout_file"])
     assert summary["dev_after"]["perplexity"] < 0.7 * summary["dev_before"]["perplexity"]
     curve = json.loads(open(os.path.join(adapted, "curve.json")).read())
-    assert [p["step"] for p in curve["points"]] == [15, 30]  # no step-0 point: "before" is measured on the general biLM
+    assert [p["step"] for p in curve["points"]] == [5, 10]  # no step-0 point: "before" is measured on the general biLM
 
     # Continued, not restarted: one step at learning rate 0 leaves the general biLM's weights as they were.
     frozen = str(tmp_path / "frozen")

@@ -4,13 +4,16 @@ on toy task models over the tiny fixture module (slow)."""
 from __future__ import annotations
 
 import json
+import os
 import types
 
 import numpy as np
 import pytest
 
 from evaluation import out_of_domain as ood
+from tests.conftest import FIXTURES
 from tests.shared_builds import reference_export
+from tests.word_vectors import write_word_vectors
 
 SLOW_FIXTURES = {"toy_run"}
 
@@ -142,17 +145,16 @@ def _tsv(path, n, seed, topic):
 
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
-    """Task models (g), (h), (i) trained on toy movie sentences as stage clf_en_movie saves them, and the stage run."""
-    from elmo_tf.downstream import task_model as TM
-    from elmo_tf.downstream.data import read_labelled_tsv
+    """Task models (g), (h), (i) trained on toy movie sentences as stage clf_en_movie trains and saves them, and the
+    stage run."""
+    from elmo_tf.downstream import features as F, task_model as TM
+    from elmo_tf.downstream.data import label_ids, read_labelled_tsv
     from evaluation import stages
 
     root = tmp_path_factory.mktemp("ood")
     module = reference_export("tiny", trainable="all")
     w2v = root / "w2v"
-    w2v.mkdir()
-    (w2v / "vocab.txt").write_text("".join(w + "\n" for w in WORDS[:-3]))
-    np.save(w2v / "vectors.npy", np.random.RandomState(1).randn(len(WORDS) - 3, 8).astype(np.float32))
+    write_word_vectors(w2v, WORDS[:-3])  # "a", "was" and "and" left out: unknown words
     data = root / "data"
     _tsv(data / "movie" / "train.tsv", 24, 0, "movie")
     _tsv(root / "dev_used.tsv", 12, 1, "movie")
@@ -160,24 +162,39 @@ def toy_run(tmp_path_factory):
         _tsv(data / domain / "dev.tsv", 9, 2 + seed, "phone")
     y, x = read_labelled_tsv(str(data / "movie" / "train.tsv"))
     y_dev, x_dev = read_labelled_tsv(str(root / "dev_used.tsv"))
+    y, y_dev = label_ids(y, [0, 1]), label_ids(y_dev, [0, 1])
     out_dir = root / "classifiers"
+    # As the stage's worker (evaluation/classifiers.py) does: the features of each encoder computed once ((h) and (i)
+    # read the same module here), one model per variant, re-initialised for each seed (as a new one would be).
+    encoders = {elmo: F.TokenFeatures(str(w2v), elmo, "whitespace", max_tokens=6) for elmo in (None, module)}
+    features = {elmo: (encoder.compute(x, 16), encoder.compute(x_dev, 16)) for elmo, encoder in encoders.items()}
     for variant, elmo in (("g_task", None), ("h_task_elmo", module), ("i_task_elmo_adapted", module)):
+        encoder, (train, dev) = encoders[elmo], features[elmo]
+        config = TM.TaskModelConfig(word_dim=encoder.word_dim, elmo_layers=encoder.num_layers if elmo else 0,
+                                    elmo_dim=encoder.elmo_dim if elmo else 0, hidden=4, dense=4)
+        model = TM.TaskModel(config)
+        model.build_on_dummy()
         for seed in (0, 1, 2):
-            clf = TM.TaskClassifier.create(str(w2v), elmo, tokenizer="whitespace", max_tokens=6, seed=seed, hidden=4, dense=4)
-            losses = clf.train(x, y, epochs=2, batch_size=8, seed=seed)
-            metrics = {"dev_accuracy": clf.accuracy(x_dev, y_dev)["accuracy"], "train_accuracy": clf.accuracy(x, y)["accuracy"],
-                       "loss_per_epoch": losses,
-                       "mix_weights": clf.model.mix_weights(),
-                       "gamma": float(clf.model.mix_input.gamma.numpy()[0]) if elmo else None}
-            clf.save(str(out_dir / variant / "n24" / f"seed{seed}"), metrics)
+            TM.reinitialize(model, seed)
+            losses = TM.fit(model, train, encoder.vectors, y, epochs=2, batch_size=8, learning_rate=1e-3, seed=seed)
+            accuracy = {split: float((TM.predict_proba(model, f, encoder.vectors).argmax(-1) == labels).mean())
+                        for split, f, labels in (("dev", dev, y_dev), ("train", train, y))}
+            metrics = {"dev_accuracy": accuracy["dev"], "train_accuracy": accuracy["train"], "loss_per_epoch": losses,
+                       "mix_weights": model.mix_weights(),
+                       "gamma": float(model.mix_input.gamma.numpy()[0]) if elmo else None}
+            folder = out_dir / variant / "n24" / f"seed{seed}"
+            saved_config = TM.TaskClassifier.make_config(os.path.relpath(w2v, folder),
+                                                         os.path.relpath(elmo, folder) if elmo else None, config,
+                                                         tokenizer="whitespace", max_tokens=6)
+            TM.save_task_model(model, saved_config, str(folder), metrics)
     settings = types.SimpleNamespace(sizes=["24"], seeds=["0", "1", "2", "3"], variants=list(ood.VARIANTS), dev_examples=0,
                                      batch_size=8, tm_learning_rate=1e-3, docs_dir=str(root / "docs"))
     fake = types.SimpleNamespace(s=settings, run_dir=str(root / "run"))
     clf_state = {"out_dir": str(out_dir), "dev_used": str(root / "dev_used.tsv")}
     saved = stages.TASKS[ood.TASK]
     stages.TASKS[ood.TASK] = {"lang": "en", "dir": str(data / "movie")}
-    try:  # the tiny fixture biLM has no softmax: no perplexities
-        state = ood.run_stage(fake, clf_state, {"folder": str(reference_export("tiny"))}, None)
+    try:  # module_en's state names the biLM's folder: the tiny fixture's files, with no softmax (no perplexities)
+        state = ood.run_stage(fake, clf_state, {"folder": str(FIXTURES / "tiny")}, None)
     finally:
         stages.TASKS[ood.TASK] = saved
     return root, state

@@ -4,8 +4,10 @@ checked as users load the result: `tf.saved_model.load(dir).signatures["tokens"]
 read back with `load_original`.
 
 Every export is a child process (`python export.py ...`, cwd the repository), as a user runs it. They are all started
-by the module fixture `exports`, a few at a time in the background, and each test waits only for the children it
-reads; refusals and flag misuse must exit with status 2 and one error line. The model-level readers are tested in
+by the module fixture `exports`, a few at a time in the background, and each test waits only for the runs it reads;
+refusals and flag misuse must exit with status 2 and one error line. An export that succeeds is made through
+tests/shared_builds.command_export, so a command line that tests/docs/test_models_table.py runs too (the TF1 modules,
+EFML's both, the word-input biLM) is exported once. The model-level readers are tested in
 tests/model/test_{efml,tf1_hub,word_input,token_cache}.py; this file checks what the export command makes of them.
 
 Outputs are compared where the reference's mask is true; padded positions of a module's outputs must be exactly 0.
@@ -13,15 +15,13 @@ Outputs are compared where the reference's mask is true; padded positions of a m
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -29,6 +29,9 @@ import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+from tests.export.background import Background  # noqa: E402
+from tests.shared_builds import command_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -57,81 +60,32 @@ def child_env() -> dict:
     return env
 
 
-def reap(proc: subprocess.Popen) -> Optional[float]:
-    """If `proc` has ended: sets its returncode and returns the CPU seconds it used (user + system); else None."""
-    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-    if pid == 0:
-        return None
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_utime + usage.ru_stime
+def run_export_py(args: list[str]):
+    """An export that must succeed (ARGS name no --export_dir): its folder, shared with every module that runs the same
+    command line (tests/shared_builds.command_export). One that must be refused writes to a folder of its own: its
+    exit status and output."""
+    if not any(arg.startswith("--export_dir=") for arg in args):
+        return command_export(args)
+    return subprocess.run([sys.executable, "export.py", *args], cwd=str(REPO), env=child_env(), capture_output=True,
+                          text=True, timeout=CHILD_TIMEOUT)
 
 
-class Children:
-    """Runs `python ARGS` children (cwd the repository) in the background, at most `max_running` at once, in the
-    order given; `result(name)` waits for one. Output goes to files under `work`/logs (no pipes to fill)."""
+class ExportRuns:
+    """`run_export_py` of each job in the background, at most MAX_RUNNING at once, in the order given; `folder(name)`
+    waits for an export, `result(name)` for a refusal."""
 
-    def __init__(self, jobs: dict[str, list[str]], work: Path, max_running: int = MAX_RUNNING):
-        self.jobs, self.work, self.max_running = dict(jobs), work / "logs", max_running
-        self.work.mkdir(exist_ok=True)
-        self.events = {name: threading.Event() for name in self.jobs}
-        self.results: dict[str, subprocess.CompletedProcess] = {}
-        self.running: dict[str, tuple[subprocess.Popen, float]] = {}
-        self.elapsed: dict[str, float] = {}
-        self.cpu: dict[str, float] = {}
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _start(self, name: str) -> None:
-        out, err = open(self.work / f"{name}.out", "w"), open(self.work / f"{name}.err", "w")
-        try:
-            proc = subprocess.Popen([sys.executable, *self.jobs[name]], cwd=str(REPO), env=child_env(), stdout=out,
-                                    stderr=err)
-        finally:
-            out.close(), err.close()
-        self.running[name] = (proc, time.time())
-
-    def _finish(self, name: str, returncode: int, cpu: float = float("nan")) -> None:
-        proc, started = self.running.pop(name)
-        self.elapsed[name] = time.time() - started
-        self.cpu[name] = cpu
-        read = lambda suffix: (self.work / f"{name}.{suffix}").read_text(errors="replace")  # noqa: E731
-        self.results[name] = subprocess.CompletedProcess(self.jobs[name], returncode, read("out"), read("err"))
-        self.events[name].set()
-
-    def _run(self) -> None:
-        pending = list(self.jobs)
-        while (pending or self.running) and not self._stop:
-            while pending and len(self.running) < self.max_running:
-                self._start(pending.pop(0))
-            for name, (proc, started) in list(self.running.items()):
-                cpu = reap(proc)
-                if cpu is not None:
-                    self._finish(name, proc.returncode, cpu)
-                elif time.time() - started > CHILD_TIMEOUT:
-                    proc.kill()
-                    proc.wait()
-                    self._finish(name, -9)
-            time.sleep(0.2)
+    def __init__(self, jobs: dict[str, list[str]], out: Path):
+        self.out, self.jobs = out, jobs
+        self.background = Background(MAX_RUNNING, timeout=CHILD_TIMEOUT * (1 + len(jobs) / MAX_RUNNING))
+        for name, args in jobs.items():
+            self.background.start(name, functools.partial(run_export_py, args))
 
     def result(self, name: str) -> subprocess.CompletedProcess:
         assert name in self.jobs, f"export {name} was not started: add it to JOBS_OF_TEST for this test"
-        if not self.events[name].wait(CHILD_TIMEOUT * (1 + len(self.jobs) / self.max_running)):
-            pytest.fail(f"child {name} did not finish")
-        return self.results[name]
+        return self.background.result(name)
 
-    def ok(self, name: str) -> subprocess.CompletedProcess:
-        result = self.result(name)
-        assert result.returncode == 0, f"{name}: exit {result.returncode}\n{result.stderr[-4000:]}"
-        return result
-
-    def stop(self) -> None:
-        self._stop = True
-        self._thread.join(timeout=5)
-        for proc, _ in list(self.running.values()):  # only the children started here, each by its own handle
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    def folder(self, name: str) -> Path:
+        return self.result(name)
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -168,8 +122,8 @@ def altered_table(folder: Path) -> tuple[Path, int, str]:
 
 
 def export_jobs(out: Path) -> dict[str, list[str]]:
-    """name -> export.py arguments; the SavedModel exports (slowest) first. Targets: out/<name>."""
-    x = ["export.py"]
+    """name -> export.py arguments; the SavedModel exports (slowest) first. The refused ones write to out/<name> (where
+    nothing may appear); the others name no --export_dir (`ExportRuns` gives them a shared one)."""
 
     def target(name):
         return f"--export_dir={out / name}"
@@ -181,31 +135,28 @@ def export_jobs(out: Path) -> dict[str, list[str]]:
     altered, _, _ = altered_table(out)
     return {
         # SavedModels
-        "tf1_tiny": x + tf1["tiny"] + [target("tf1_tiny")],
-        "tf1_tiny2": x + tf1["tiny2"] + [target("tf1_tiny2")],
-        "tf1_tiny_mix": x + tf1["tiny"] + [target("tf1_tiny_mix"), "--mix_weights=1,2,3"],
-        "efml_both": x + [f"--efml_dir={EFML / 'both'}", target("efml_both")],
-        "efml_words": x + [f"--efml_dir={EFML / 'words'}", target("efml_words")],
-        "word_input": x + [f"--options_file={WORD_INPUT / 'options.json'}",
-                           f"--weight_file={WORD_INPUT / 'weights.hdf5'}",
-                           f"--embedding_file={WORD_INPUT / 'embedding.hdf5'}",
-                           f"--vocab_file={WORD_INPUT / 'vocab.txt'}", target("word_input")],
-        "cache": x + cache + [vocab, target("cache")],
+        "tf1_tiny": tf1["tiny"],
+        "tf1_tiny2": tf1["tiny2"],
+        "tf1_tiny_mix": tf1["tiny"] + ["--mix_weights=1,2,3"],
+        "efml_both": [f"--efml_dir={EFML / 'both'}"],
+        "efml_words": [f"--efml_dir={EFML / 'words'}"],
+        "word_input": [f"--options_file={WORD_INPUT / 'options.json'}", f"--weight_file={WORD_INPUT / 'weights.hdf5'}",
+                       f"--embedding_file={WORD_INPUT / 'embedding.hdf5'}", f"--vocab_file={WORD_INPUT / 'vocab.txt'}"],
+        "cache": cache + [vocab],
         # --format=hdf5
-        "cache_hdf5": x + cache + [vocab, "--format=hdf5", target("cache_hdf5")],
-        "cache_hdf5_checked": x + cache + [vocab, f"--embedding_file={CACHE / 'embedding.hdf5'}", "--format=hdf5",
-                                           target("cache_hdf5_checked")],
-        "efml_hdf5": x + [f"--efml_dir={EFML / 'both'}", "--format=hdf5", target("efml_hdf5")],
-        "tf1_hdf5": x + tf1["tiny2"] + ["--format=hdf5", target("tf1_hdf5")],
+        "cache_hdf5": cache + [vocab, "--format=hdf5"],
+        "cache_hdf5_checked": cache + [vocab, f"--embedding_file={CACHE / 'embedding.hdf5'}", "--format=hdf5"],
+        "efml_hdf5": [f"--efml_dir={EFML / 'both'}", "--format=hdf5"],
+        "tf1_hdf5": tf1["tiny2"] + ["--format=hdf5"],
         # refused
-        "cache_altered_table": x + cache + [vocab, f"--embedding_file={altered}", target("cache_altered_table")],
-        "cache_trainable_all": x + cache + [vocab, "--trainable=all", target("cache_trainable_all")],
-        "misuse_efml_weight_file": x + [f"--efml_dir={EFML / 'both'}", f"--weight_file={CACHE / 'weights.hdf5'}",
-                                        target("misuse_1")],
-        "misuse_tf1_checkpoint_dir": x + tf1["tiny"] + [f"--checkpoint_dir={out}", target("misuse_2")],
-        "misuse_efml_embedding_file": x + [f"--efml_dir={EFML / 'both'}",
-                                           f"--embedding_file={CACHE / 'embedding.hdf5'}", target("misuse_3")],
-        "misuse_missing_efml_dir": x + [f"--efml_dir={out / 'no_such_model'}", target("misuse_4")],
+        "cache_altered_table": cache + [vocab, f"--embedding_file={altered}", target("cache_altered_table")],
+        "cache_trainable_all": cache + [vocab, "--trainable=all", target("cache_trainable_all")],
+        "misuse_efml_weight_file": [f"--efml_dir={EFML / 'both'}", f"--weight_file={CACHE / 'weights.hdf5'}",
+                                    target("misuse_1")],
+        "misuse_tf1_checkpoint_dir": tf1["tiny"] + [f"--checkpoint_dir={out}", target("misuse_2")],
+        "misuse_efml_embedding_file": [f"--efml_dir={EFML / 'both'}", f"--embedding_file={CACHE / 'embedding.hdf5'}",
+                                       target("misuse_3")],
+        "misuse_missing_efml_dir": [f"--efml_dir={out / 'no_such_model'}", target("misuse_4")],
     }
 
 
@@ -238,12 +189,11 @@ def selected_jobs(session) -> set[str]:
 def exports(tmp_path_factory, request):
     out = tmp_path_factory.mktemp("converted_exports")
     wanted = selected_jobs(request.session)
-    children = Children({name: args for name, args in export_jobs(out).items() if name in wanted}, out)
-    children.out = out
-    yield children
-    children.stop()
-    times = ", ".join(f"{name} {seconds:.0f}/{children.cpu[name]:.0f}" for name, seconds in children.elapsed.items())
-    print(f"\n[test_converted_export] children, wall/CPU seconds: {times}")
+    runs = ExportRuns({name: args for name, args in export_jobs(out).items() if name in wanted}, out)
+    yield runs
+    runs.background.stop()
+    times = ", ".join(f"{name} {seconds:.0f}" for name, seconds in runs.background.elapsed.items())
+    print(f"\n[test_converted_export] export.py runs, wall seconds (0: exported before): {times}")
 
 
 _LOADED: dict[str, object] = {}
@@ -251,12 +201,11 @@ _LOADED: dict[str, object] = {}
 
 @pytest.fixture(scope="module")
 def module(exports):
-    """`module(name)`: the SavedModel of export `name`, loaded once (after its child succeeded)."""
+    """`module(name)`: the SavedModel of export `name`, loaded once (after its run succeeded)."""
 
     def get(name):
         if name not in _LOADED:
-            exports.ok(name)
-            _LOADED[name] = tf.saved_model.load(str(exports.out / name))
+            _LOADED[name] = tf.saved_model.load(str(exports.folder(name)))
         return _LOADED[name]
 
     yield get
@@ -391,8 +340,7 @@ def test_tf1_module_hdf5_reads_back_with_its_mix(exports):
     from elmo_tf.model.weights_io import load_original
     from elmo_tf.text import char_ids
 
-    exports.ok("tf1_hdf5")
-    folder = exports.out / "tf1_hdf5"
+    folder = exports.folder("tf1_hdf5")
     assert sorted(os.listdir(folder)) == ["options.json", "weights.hdf5"]
     options = json.loads((folder / "options.json").read_text())
     sentences, ref = tf1_reference("tiny2")
@@ -433,8 +381,7 @@ def test_efml_hdf5_reads_back(exports):
     back into the same model: EFML's layers within 1e-5."""
     from elmo_tf.model.weights_io import load_original
 
-    exports.ok("efml_hdf5")
-    folder = exports.out / "efml_hdf5"
+    folder = exports.folder("efml_hdf5")
     assert sorted(os.listdir(folder)) == ["options.json", "weights.hdf5"]
     with h5py.File(folder / "weights.hdf5", "r") as f:
         assert "lexicon" in f, list(f)
@@ -516,8 +463,7 @@ def test_token_cache_hdf5_is_the_originals_dump(exports):
     table = read_word_table(str(CACHE / "embedding.hdf5"))
     vocab = (CACHE / "vocab.txt").read_bytes()
     for name in ("cache_hdf5", "cache_hdf5_checked"):
-        exports.ok(name)
-        folder = exports.out / name
+        folder = exports.folder(name)
         assert sorted(os.listdir(folder)) == ["embedding.hdf5", "options.json", "vocab.txt", "weights.hdf5"], name
         with h5py.File(folder / "embedding.hdf5", "r") as f:
             written = f["embedding"][...]

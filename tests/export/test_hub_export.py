@@ -8,12 +8,15 @@ fine-tuning, `saved_model_cli`, and the `export.py` command line. Valid position
 1e-5; padded positions must be exactly 0 (spec Part 2).
 
 Exports are made once per module (tiny and tiny2 with trainable="mix", tiny with trainable="all") and
-shared by the tests. Tests marked `slow` start a child process.
+shared by the tests. Tests marked `slow` read a child process, which the module fixture `exports` starts in the
+background for the selected tests, so that the children run while this process makes the exports and runs the
+in-process tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -21,6 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -33,11 +37,13 @@ from elmo_tf.export import hub as hub_export  # noqa: E402
 from elmo_tf.model.config import BiLMConfig  # noqa: E402
 from elmo_tf.export.hub import ExportError, export_original  # noqa: E402
 from elmo_tf.model.weights_io import WeightFileError  # noqa: E402
+from tests.export.background import Background  # noqa: E402
 from tests.shared_builds import reference_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 HUB_CONSUMER = REPO / "tests" / "hub_consumer.py"
+MODULE = sys.modules[__name__]
 SLOW_FIXTURES = {"exports"}  # the exports of the reference fixtures: their tests are slow (conftest.py)
 TOL = 1e-5
 MIX_NAMES = {"scalar_mix/mix_weights:0", "scalar_mix/gamma:0"}
@@ -120,21 +126,41 @@ def _report_max_diffs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory, request):
+def commands(tmp_path_factory):
+    """The command lines the tests check, each run once in the background (`Commands`)."""
+    runs = Commands(tmp_path_factory.mktemp("commands"))
+    yield runs
+    runs.background.stop()
+
+
+@pytest.fixture(scope="module")
+def exports(commands, tmp_path_factory, request):
     """{"tiny", "tiny2"}: trainable="mix" exports; "tiny_all": tiny with trainable="all".
 
-    If hub.KerasLayer tests are selected, their child process is started as soon as the exports exist,
-    so that it runs while the in-process tests do (see `hub_results`).
+    The child processes of the selected tests start around the exports, so that they run while this process works:
+    before it makes the exports, the export.py runs (which do not read them) and the hub.KerasLayer child (which
+    imports TensorFlow meanwhile, then waits for its jobs; see `hub_results`); the saved_model_cli runs as soon as
+    the exports exist.
     """
-    paths = {}
-    for key, name, trainable in (("tiny", "tiny", "mix"), ("tiny2", "tiny2", "mix"), ("tiny_all", "tiny", "all")):
-        paths[key] = reference_export(name, trainable=trainable)  # export_original, shared with other test modules
+    selected = {item.originalname for item in request.session.items if getattr(item, "module", None) is MODULE}
+    for test in [test for test in EXPORT_PY_COMMANDS if test in selected]:
+        commands.start(test)
     if any("hub_results" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        _HUB_RUN.append(HubConsumerRun(paths, tmp_path_factory.mktemp("hub_consumer")))
-    yield paths
-    for run in _HUB_RUN:
-        run.stop()
-    _HUB_RUN.clear()
+        _HUB_RUN.append(HubConsumerRun(tmp_path_factory.mktemp("hub_consumer")))
+    try:
+        paths = {}
+        for key, name, trainable in (("tiny", "tiny", "mix"), ("tiny2", "tiny2", "mix"), ("tiny_all", "tiny", "all")):
+            paths[key] = reference_export(name, trainable=trainable)  # export_original, shared with other modules
+        commands.exports = paths
+        for test in [test for test in SAVED_MODEL_CLI_COMMANDS if test in selected]:
+            commands.start(test)
+        for run in _HUB_RUN:
+            run.send(paths)
+        yield paths
+    finally:  # the hub.KerasLayer child waits for its jobs until stopped if the exports failed
+        for run in _HUB_RUN:
+            run.stop()
+        _HUB_RUN.clear()
 
 
 _LOADED: dict[str, object] = {}
@@ -407,9 +433,19 @@ FINETUNE_LABELS = [1, 0, 1, 0, 1, 0, 1, 0]
 
 
 class HubConsumerRun:
-    """tests/hub_consumer.py started once (in the background) for every hub.KerasLayer job."""
+    """tests/hub_consumer.py started once (in the background) for every hub.KerasLayer job: it imports TensorFlow
+    at once and runs the jobs when `send` gives them (the exports they read exist then)."""
 
-    def __init__(self, exports: dict, work: Path):
+    def __init__(self, work: Path):
+        self.work = work
+        self.log = work / "child.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(HUB_CONSUMER)], stdin=subprocess.PIPE, text=True,
+                env=_child_env(), cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def send(self, exports: dict) -> None:
         tiny, tiny2 = REFS["tiny"], REFS["tiny2"]
         self.jobs = {
             "embed_tiny": {"kind": "embed", "module": exports["tiny"], "texts": tiny.texts},
@@ -424,14 +460,12 @@ class HubConsumerRun:
             },
         }  # fmt: skip
         for job_name, job in self.jobs.items():
-            job["out"] = str(work / job_name)
-        (work / "jobs.json").write_text(json.dumps(list(self.jobs.values())))
-        self.log = work / "child.log"
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(HUB_CONSUMER), str(work / "jobs.json")],
-                env=_child_env(), cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+            job["out"] = str(self.work / job_name)
+        try:
+            self.proc.stdin.write(json.dumps(list(self.jobs.values())))
+            self.proc.stdin.close()
+        except BrokenPipeError:  # the child has ended already: `result` reports its log
+            pass
 
     def wait(self) -> int:
         try:
@@ -464,7 +498,8 @@ _HUB_RUN: list[HubConsumerRun] = []
 def hub_results(exports, tmp_path_factory):
     """job name -> (arrays, info) from the hub.KerasLayer child (started by `exports`, or here)."""
     if not _HUB_RUN:
-        _HUB_RUN.append(HubConsumerRun(exports, tmp_path_factory.mktemp("hub_consumer")))
+        _HUB_RUN.append(HubConsumerRun(tmp_path_factory.mktemp("hub_consumer")))
+        _HUB_RUN[0].send(exports)
     return _HUB_RUN[0].result
 
 
@@ -545,20 +580,32 @@ def _saved_model_cli() -> str:
     return str(path)
 
 
+SHORT = "The quick brown fox"
+
+
+def saved_model_cli_run(folder: Path, export: str) -> list[str]:
+    return [
+        _saved_model_cli(), "run", "--dir", export, "--tag_set", "serve", "--signature_def", "serving_default",
+        "--input_exprs", "text=" + json.dumps([SHORT, REFS["tiny"].texts[0]]), "--outdir", str(folder / "cli_out"),
+    ]  # fmt: skip
+
+
+def saved_model_cli_show(folder: Path, export: str) -> list[str]:
+    return [_saved_model_cli(), "show", "--dir", export, "--all"]
+
+
+# test -> its command line on exports["tiny"] (given the test's folder in `Commands`).
+SAVED_MODEL_CLI_COMMANDS = {
+    "test_saved_model_cli_run": saved_model_cli_run,
+    "test_saved_model_cli_show_lists_signatures": saved_model_cli_show,
+}
+
+
 @pytest.mark.slow
-def test_saved_model_cli_run(exports, loaded, tmp_path):
+def test_saved_model_cli_run(exports, loaded, commands):
     ref = REFS["tiny"]
-    short = "The quick brown fox"
-    outdir = tmp_path / "cli_out"
-    proc = subprocess.run(
-        [
-            _saved_model_cli(), "run", "--dir", exports["tiny"], "--tag_set", "serve",
-            "--signature_def", "serving_default",
-            "--input_exprs", "text=" + json.dumps([short, ref.texts[0]]),
-            "--outdir", str(outdir),
-        ],
-        env=_child_env(), capture_output=True, text=True, timeout=CHILD_TIMEOUT,
-    )  # fmt: skip
+    proc = commands.result("test_saved_model_cli_run")
+    outdir = commands.folder("test_saved_model_cli_run") / "cli_out"
     assert proc.returncode == 0, proc.stderr[-5000:]
     for key in hub_export.output_keys(ref.num_layers):
         assert f"Result for output key {key}:" in proc.stdout, f"{key} missing from:\n{proc.stdout[:3000]}"
@@ -573,18 +620,15 @@ def test_saved_model_cli_run(exports, loaded, tmp_path):
     )  # fmt: skip
     check_all_outputs(row, one, "saved_model_cli")
     # Row 0 ("The quick brown fox", 4 tokens, padded to 10) equals the module's own output for it alone.
-    alone = _numpy(loaded("tiny").signatures["default"](text=tf.constant([short])))
+    alone = _numpy(loaded("tiny").signatures["default"](text=tf.constant([SHORT])))
     np.testing.assert_allclose(got["elmo"][0, :4], alone["elmo"][0], rtol=0, atol=TOL)
     assert np.all(got["elmo"][0, 4:] == 0)
     assert got["sequence_len"].tolist() == [4, n]
 
 
 @pytest.mark.slow
-def test_saved_model_cli_show_lists_signatures(exports):
-    proc = subprocess.run(
-        [_saved_model_cli(), "show", "--dir", exports["tiny"], "--all"],
-        env=_child_env(), capture_output=True, text=True, timeout=CHILD_TIMEOUT,
-    )  # fmt: skip
+def test_saved_model_cli_show_lists_signatures(exports, commands):
+    proc = commands.result("test_saved_model_cli_show_lists_signatures")
     assert proc.returncode == 0, proc.stderr[-5000:]
     text = proc.stdout
     sections = {}
@@ -785,58 +829,107 @@ def test_failed_export_keeps_the_existing_export(exports, tmp_path, monkeypatch)
 # export.py command line
 
 
-def _run_export_py(*args, timeout=CHILD_TIMEOUT):
-    return subprocess.run(
-        [sys.executable, str(REPO / "export.py"), *args],
-        env=_child_env(), cwd=str(REPO), capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+def _export_py(*args: str) -> list[str]:
+    return [sys.executable, str(REPO / "export.py"), *args]
+
+
+def export_py_writes(folder: Path) -> list[str]:
+    ref = REFS["tiny2"]
+    target = folder / "hub_module"
+    target.mkdir()  # an existing empty folder is a valid target
+    return _export_py(f"--options_file={ref.options_file}", f"--weight_file={ref.weight_file}",
+                      f"--export_dir={target}", "--trainable=none")
+
+
+def export_py_without_options_file(folder: Path) -> list[str]:
+    return _export_py(f"--weight_file={REFS['tiny'].weight_file}", f"--export_dir={folder / 'm'}")
+
+
+BAD_DATASET = "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/W_P_0"
+
+
+def export_py_bad_weight_file(folder: Path) -> list[str]:
+    import h5py
+
+    ref = REFS["tiny"]
+    bad = folder / "weights.hdf5"
+    shutil.copy(ref.weight_file, bad)
+    with h5py.File(bad, "r+") as f:
+        del f[BAD_DATASET]
+    return _export_py(f"--options_file={ref.options_file}", f"--weight_file={bad}", f"--export_dir={folder / 'm'}")
+
+
+# test -> its command line (given the test's folder in `Commands`, where it writes its inputs).
+EXPORT_PY_COMMANDS = {
+    "test_export_py_writes_a_loadable_module": export_py_writes,
+    "test_export_py_requires_options_file": export_py_without_options_file,
+    "test_export_py_bad_weight_file_is_a_one_line_error": export_py_bad_weight_file,
+}
+
+
+class Commands:
+    """The command lines of the tests below, each run once in a child process, two at once, in the background:
+    `exports` starts those of the selected tests (export.py's before it makes the exports, saved_model_cli's on
+    exports["tiny"] once it exists), so that they run while this process works; a test reads its own with
+    `result(test)`, which starts it if nothing did. Each has a folder of its own, `folder(test)`."""
+
+    def __init__(self, work: Path):
+        self.work = work
+        self.exports: Optional[dict] = None  # set by `exports`
+        self.background = Background(2, timeout=3 * CHILD_TIMEOUT)
+
+    def folder(self, test: str) -> Path:
+        return self.work / test
+
+    def start(self, test: str) -> None:
+        if self.background.started(test):
+            return
+        self.folder(test).mkdir()
+        if test in EXPORT_PY_COMMANDS:
+            args = EXPORT_PY_COMMANDS[test](self.folder(test))
+        else:
+            assert self.exports is not None, f"{test} reads the exports: use the `exports` fixture"
+            args = SAVED_MODEL_CLI_COMMANDS[test](self.folder(test), self.exports["tiny"])
+        self.background.start(test, functools.partial(subprocess.run, args, env=_child_env(), cwd=str(REPO),
+                                                      capture_output=True, text=True, timeout=CHILD_TIMEOUT))
+
+    def result(self, test: str) -> subprocess.CompletedProcess:
+        self.start(test)
+        return self.background.result(test)
 
 
 @pytest.mark.slow
-def test_export_py_writes_a_loadable_module(tmp_path):
+def test_export_py_writes_a_loadable_module(commands):
     ref = REFS["tiny2"]
-    target = tmp_path / "hub_module"
-    target.mkdir()  # an existing empty folder is a valid target
-    proc = _run_export_py(
-        f"--options_file={ref.options_file}", f"--weight_file={ref.weight_file}", f"--export_dir={target}",
-        "--trainable=none",
-    )  # fmt: skip
+    proc = commands.result("test_export_py_writes_a_loadable_module")
+    folder = commands.folder("test_export_py_writes_a_loadable_module")
     assert proc.returncode == 0, proc.stderr[-5000:]
-    assert sorted(os.listdir(tmp_path)) == ["hub_module"]
-    module = tf.saved_model.load(str(target))
+    assert sorted(os.listdir(folder)) == ["hub_module"]
+    module = tf.saved_model.load(str(folder / "hub_module"))
     assert list(module.trainable_variables) == []
     check_all_outputs(_numpy(module.signatures["default"](text=tf.constant(ref.texts))), ref, "export.py")
 
 
 @pytest.mark.slow
-def test_export_py_requires_options_file(tmp_path):
-    ref = REFS["tiny"]
-    proc = _run_export_py(f"--weight_file={ref.weight_file}", f"--export_dir={tmp_path / 'm'}", timeout=120)
+def test_export_py_requires_options_file(commands):
+    proc = commands.result("test_export_py_requires_options_file")
     assert proc.returncode != 0
     assert "--options_file" in proc.stderr, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "m").exists()
+    assert not (commands.folder("test_export_py_requires_options_file") / "m").exists()
 
 
 @pytest.mark.slow
-def test_export_py_bad_weight_file_is_a_one_line_error(tmp_path):
-    import h5py
-
-    ref = REFS["tiny"]
-    bad = tmp_path / "weights.hdf5"
-    shutil.copy(ref.weight_file, bad)
-    dataset = "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/W_P_0"
-    with h5py.File(bad, "r+") as f:
-        del f[dataset]
-    target = tmp_path / "m"
-    proc = _run_export_py(f"--options_file={ref.options_file}", f"--weight_file={bad}", f"--export_dir={target}")
+def test_export_py_bad_weight_file_is_a_one_line_error(commands):
+    proc = commands.result("test_export_py_bad_weight_file_is_a_one_line_error")
+    folder = commands.folder("test_export_py_bad_weight_file_is_a_one_line_error")
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    naming = [line for line in proc.stderr.splitlines() if dataset in line]
+    naming = [line for line in proc.stderr.splitlines() if BAD_DATASET in line]
     assert len(naming) == 1, proc.stderr[-3000:]
     assert "(32, 16)" in naming[0], naming[0]  # the expected shape is named too
-    assert not target.exists()
-    assert sorted(os.listdir(tmp_path)) == ["weights.hdf5"]
+    assert not (folder / "m").exists()
+    assert sorted(os.listdir(folder)) == ["weights.hdf5"]
 
 
 @pytest.mark.slow

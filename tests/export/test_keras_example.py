@@ -1,8 +1,8 @@
 """The Keras examples of README.md and docs/KERAS.md (a tf_keras + TF-Hub model each; loading a module, the original
 files from Python), run as written.
 
-Each block runs in a fresh Python process, in a folder holding the tiny fixture's export as `elmo_en`, with
-TF_USE_LEGACY_KERAS taken out of the environment: the block's own first lines must select tf_keras before TensorFlow
+Each block runs in a fresh Python process (both at once, in the background, from when the first test needs one),
+in a folder holding the tiny fixture's export as `elmo_en`, with TF_USE_LEGACY_KERAS taken out of the environment: the block's own first lines must select tf_keras before TensorFlow
 loads (checked: the model is a tf_keras model). The child then reports what the block did: the fit's losses, the
 predictions' shape, and for the string model the trained scalar mix; for the tokens model, its outputs with the padded
 tokens changed (the module ignores tokens past `sequence_len`) and with longer padding, which the mask must make no
@@ -15,6 +15,7 @@ one expects), in a folder holding the tiny export as `hub_module` and the fixtur
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -28,15 +29,17 @@ import pytest
 import tensorflow as tf
 
 from tests.doc_code import doc_code, exec_doc_code
+from tests.export.background import Background
 from tests.shared_builds import copy_of, reference_export
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
-SLOW_FIXTURES = {"workdir", "keras_md_dir"}  # an export and child processes (conftest.py)
+SLOW_FIXTURES = {"workdir", "blocks", "keras_md_dir"}  # an export and child processes (conftest.py)
 CHILD_TIMEOUT = 600
 EPOCHS = 5  # as the blocks fit
 SENTENCES = 8  # the tokens model's, which it predicts again
 README_PREDICTED = 2  # the README model's new sentences
+MODULE = sys.modules[__name__]
 
 # Runs one block (its code read from a file, so the block's first lines come first), then reports.
 _CHILD = textwrap.dedent(
@@ -98,6 +101,26 @@ def run_block(workdir: Path, code: str, name: str) -> dict:
     return json.loads(out.read_text())
 
 
+# test -> (the code of the block it runs, the name of its files in `workdir`)
+BLOCK_OF_TEST = {
+    "test_string_input_model_fits_and_trains_the_mix": (lambda: doc_code("readme_keras"), "string"),
+    "test_tokens_model_fits_and_its_mask_ignores_padding": (lambda: doc_code("keras_tokens"), "tokens"),
+}
+
+
+@pytest.fixture(scope="module")
+def blocks(workdir, request) -> Background:
+    """`run_block` of the selected tests' blocks, both at once in the background: a test reads its own with
+    `blocks.result(test)` and waits only for what is left of it."""
+    background = Background(len(BLOCK_OF_TEST), timeout=CHILD_TIMEOUT)
+    selected = {item.originalname for item in request.session.items if getattr(item, "module", None) is MODULE}
+    for test in [test for test in BLOCK_OF_TEST if test in selected]:
+        code, name = BLOCK_OF_TEST[test]
+        background.start(test, functools.partial(run_block, workdir, code(), name))
+    yield background
+    background.stop()
+
+
 def check_fit(report: dict, predictions: int) -> None:
     assert report["keras"].startswith("tf_keras"), report["keras"]  # TF_USE_LEGACY_KERAS took effect
     assert len(report["loss"]) == EPOCHS and all(math.isfinite(v) for v in report["loss"]), report["loss"]
@@ -106,16 +129,16 @@ def check_fit(report: dict, predictions: int) -> None:
     assert np.all((probabilities > 0) & (probabilities < 1))
 
 
-def test_string_input_model_fits_and_trains_the_mix(workdir):
-    report = run_block(workdir, doc_code("readme_keras"), "string")
+def test_string_input_model_fits_and_trains_the_mix(blocks):
+    report = blocks.result("test_string_input_model_fits_and_trains_the_mix")
     check_fit(report, predictions=README_PREDICTED)
     # export's default --trainable=mix: the scalar-mix weights and gamma, and fit moved them.
     assert len(report["trainable"]) == 2 and any("gamma" in name for name in report["trainable"]), report
     assert report["mix_change"] > 1e-6, report["mix_change"]
 
 
-def test_tokens_model_fits_and_its_mask_ignores_padding(workdir):
-    report = run_block(workdir, doc_code("keras_tokens"), "tokens")
+def test_tokens_model_fits_and_its_mask_ignores_padding(blocks):
+    report = blocks.result("test_tokens_model_fits_and_its_mask_ignores_padding")
     check_fit(report, predictions=SENTENCES)
     base = np.array(report["base"])
     np.testing.assert_allclose(1 / (1 + np.exp(-base)), report["probabilities"], rtol=0, atol=1e-6)  # the block's own

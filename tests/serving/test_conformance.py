@@ -3,7 +3,7 @@
 Every case writes its request bytes on a socket and checks the status line and the exact body, so nothing a
 client library adds or hides (Content-Length, chunking, HEAD handling) changes what is tested. The table in
 docs/TF_SERVING_CONFORMANCE.md ("REST: the built-in server, row by row") names the test of each case. The model is
-tests/fixtures/tiny, exported once (the fixtures of test_serve.py, through conftest.py); cases that need a slow,
+tests/fixtures/tiny, exported and loaded once (conftest.py; the server: test_serve.py's); cases that need a slow,
 failing or busy model wrap its calls in the batcher.
 """
 
@@ -252,11 +252,6 @@ def test_keep_alive(server):
     conn.request("GET", "/v1/models/elmo")
     assert conn.getresponse().read() and conn.sock is sock  # still the first connection
     conn.close()
-
-
-@pytest.fixture(scope="module")
-def model(base_path) -> serving.ServedModel:
-    return serving.ServedModel(str(base_path), "elmo")
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """The gRPC door of elmo_tf.serve, with a client built only from tensorflow-serving-api's stubs.
 
-The same export as test_serve.py (versions 1 and 2 of tests/fixtures/tiny; 2 is served) and the same small limits.
+The same export and loaded model as test_serve.py (conftest.py: versions 1 and 2 of tests/fixtures/tiny; 2 is served)
+and the same small limits.
 Values are compared with the SavedModel called directly on the same request: exactly for a call that had a model
 call of its own (float_val and tensor_content both carry float32 values losslessly). Status codes and messages are
 TF Serving's (docs/TF_SERVING_CONFORMANCE.md "gRPC"; predict_util.cc, server_core.cc, get_model_metadata_impl.cc,
@@ -39,7 +40,7 @@ from tensorflow_serving.apis import (  # noqa: E402
 
 from elmo_tf import serving  # noqa: E402
 from elmo_tf.serving import metrics as M  # noqa: E402
-from tests.serving.test_conformance import custom_server, model, slow  # noqa: E402,F401 - model: a fixture
+from tests.serving.test_conformance import custom_server, slow  # noqa: E402
 from tests.serving.test_serve import (  # noqa: E402
     CHILD_TIMEOUT,
     OPTIONS,
@@ -47,7 +48,6 @@ from tests.serving.test_serve import (  # noqa: E402
     SENTENCES,
     direct,
     pad_tokens,
-    reference,  # noqa: F401 - a fixture
     start_serve,
 )
 from tests.doc_code import doc_code, exec_doc_code  # noqa: E402
@@ -58,8 +58,8 @@ CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
 
 
 @pytest.fixture(scope="module")
-def server(base_path):
-    srv = serving.ModelServer(serving.ServedModel(str(base_path), "elmo"), grpc_port=0, options=OPTIONS)
+def server(model):
+    srv = serving.ModelServer(model, grpc_port=0, options=OPTIONS)
     thread = srv.serve_in_background()
     yield srv
     srv.stop()
@@ -218,7 +218,7 @@ def test_serving_md_grpc_calls(server, reference):
 # Metadata and status
 
 
-def test_metadata_packs_the_signature_def_map(stubs, base_path):
+def test_metadata_packs_the_signature_def_map(stubs, reference):
     request = get_model_metadata_pb2.GetModelMetadataRequest()
     request.model_spec.name = "elmo"
     request.metadata_field.append("signature_def")
@@ -227,8 +227,8 @@ def test_metadata_packs_the_signature_def_map(stubs, base_path):
         "elmo", 2, "")
     signatures = get_model_metadata_pb2.SignatureDefMap()
     assert response.metadata["signature_def"].Unpack(signatures)
-    saved = tf.saved_model.load(str(base_path / "2")).signatures
-    assert set(signatures.signature_def) == set(saved) | {"__saved_model_init_op"}  # the whole map, as TF Serving
+    # the whole map, as TF Serving (reference: the served version loaded with tf.saved_model.load)
+    assert set(signatures.signature_def) == set(reference.signatures) | {"__saved_model_init_op"}
     tokens = signatures.signature_def["tokens"]
     assert tokens.method_name == "tensorflow/serving/predict"
     assert tokens.inputs["tokens"].dtype == tf.string.as_datatype_enum
@@ -421,7 +421,7 @@ def test_metrics_count_grpc_predict(model):
 # Versions, and both doors on one registry
 
 
-@pytest.mark.slow  # a version loaded while serving (~15 s)
+@pytest.mark.slow  # a version loaded while serving
 def test_new_version_is_picked_up_over_grpc(tmp_path):
     base = tmp_path / "elmo"
     base.mkdir()

@@ -1,14 +1,14 @@
 """The REST server (elmo_tf/serving) against direct calls of the SavedModel it serves.
 
-One export of tests/fixtures/tiny is made per module as a TF Serving base path holding versions 1 and 2
-(the server must pick 2) and served in-process on a free loopback port, with small limits so that every
-limit can be hit cheaply: at most 4 sentences per model call, 16 in the queue, 64 KiB per body, and a 50 ms
-batch window so that concurrent requests share model calls. Every numeric check compares with
+One export of tests/fixtures/tiny is made as a TF Serving base path holding versions 1 and 2 (the server must
+pick 2; conftest.py, shared with the other serving tests) and served in-process on a free loopback port, with
+small limits so that every limit can be hit cheaply: at most 4 sentences per model call, 16 in the queue, 64 KiB
+per body, and a 50 ms batch window so that concurrent requests share model calls. Every numeric check compares with
 `tf.saved_model.load(...).signatures[...]` called on the same request alone: a request that had a model call
 of its own must match exactly (JSON carries float32 values losslessly); one that shared a call with other
 requests, or was split over several, within BATCH_TOL, because TF's float32 kernels round differently for
 different batch shapes (a sentence embedded alone vs. in a batch of 11 differs by up to 2e-6 in direct calls
-too). The SIGTERM test runs `python -m elmo_tf.serve` as a child process.
+too). The command-line tests run `python -m elmo_tf.serve` as a child process (one, shared while it runs).
 """
 
 from __future__ import annotations
@@ -52,26 +52,11 @@ CHILD_TIMEOUT = 120
 
 
 # ----------------------------------------------------------------------------------------------------
-# Shared export, reference and server
+# The server (base_path, model and reference: conftest.py)
 
 
 @pytest.fixture(scope="module")
-def base_path(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("serving") / "elmo"
-    base.mkdir()
-    copy_of(reference_export("tiny"), base / "1")
-    copy_of(reference_export("tiny"), base / "2")  # the server must serve the highest version
-    return base
-
-
-@pytest.fixture(scope="module")
-def reference(base_path):
-    return tf.saved_model.load(str(base_path / "2"))
-
-
-@pytest.fixture(scope="module")
-def server(base_path):
-    model = serving.ServedModel(str(base_path), "elmo")
+def server(model):
     srv = serving.ModelServer(model, rest_port=0, options=OPTIONS)
     thread = srv.serve_in_background()
     yield srv
@@ -203,10 +188,10 @@ def test_text_columnar_format(server, reference):
     assert_outputs_equal(rows_to_columns(body["predictions"]), want)
 
 
-def test_shortest_float_format_gives_the_same_float32_values(base_path, reference):
+def test_shortest_float_format_gives_the_same_float32_values(model, reference):
     """--float_format=shortest: the same float32 values as the model's, written as orjson's shortest text."""
     options = dataclasses.replace(OPTIONS, float_format="shortest")
-    srv = serving.ModelServer(serving.ServedModel(str(base_path), "elmo"), rest_port=0, options=options)
+    srv = serving.ModelServer(model, rest_port=0, options=options)
     thread = srv.serve_in_background()
     try:
         texts = SENTENCES[:2]
@@ -704,37 +689,59 @@ def test_resolve_model_dir(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
-# The command line: clean shutdown on SIGTERM
+# The command line: TensorFlow's thread flags, clean shutdown on SIGTERM
+
+# The flags of the child these tests share: TensorFlow's pools as the thread test sets them (a request alone in its
+# model call still gets the SavedModel's exact values: intra-op threads do not split this model's small ops), and a
+# 3 s batch window that keeps the SIGTERM test's request queued when the signal arrives.
+SERVE_FLAGS = ("--tensorflow_intra_op_parallelism=1", "--tensorflow_inter_op_parallelism=3", "--batch_timeout_ms=3000")
 
 
-@pytest.mark.slow  # a server process (~12 s)
-@pytest.mark.slow  # a server process (~12 s)
+@dataclasses.dataclass
+class ServeProcess:
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+
+@pytest.fixture(scope="module")
+def serve_process(base_path, tmp_path_factory):
+    """A function giving the running `python -m elmo_tf.serve` child with SERVE_FLAGS, started at the first call and
+    again once a test has stopped it. Its start (TensorFlow's import, the load, the warm-up of every signature) is
+    most of a command-line test's time, so the tests that leave it running share it; the SIGTERM test ends it."""
+    children: list[ServeProcess] = []
+
+    def running() -> ServeProcess:
+        if not children or children[-1].proc.poll() is not None:
+            log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+            children.append(ServeProcess(*start_serve(base_path, log_path, *SERVE_FLAGS), log_path))
+        return children[-1]
+
+    yield running
+    for child in children:
+        if child.proc.poll() is None:
+            child.proc.kill()
+            child.proc.wait()
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads thread names from Linux's /proc")
-def test_tensorflow_thread_flags_reach_tensorflow(base_path, reference, tmp_path):
+def test_tensorflow_thread_flags_reach_tensorflow(serve_process, reference):
     """--tensorflow_inter_op_parallelism sizes TensorFlow's pool for independent ops (its threads are named
     tf_Compute; 3 differs from this machine's default, the number of cores, unless it has 3); with
     --tensorflow_intra_op_parallelism=1 as well, the answers are still the SavedModel's."""
-    log_path = tmp_path / "serve.log"
-    proc, port = start_serve(base_path, log_path, "--tensorflow_intra_op_parallelism=1",
-                             "--tensorflow_inter_op_parallelism=3")
-    try:
-        status, body = request(port, "POST", "/v1/models/elmo:predict", {"instances": [SENTENCES[0]]})[:2]
-        names = [Path(f"/proc/{proc.pid}/task/{tid}/comm").read_text().strip() for tid in os.listdir(f"/proc/{proc.pid}/task")]
-    finally:
-        proc.kill()
-        proc.wait()
+    child = serve_process()
+    status, body = request(child.port, "POST", "/v1/models/elmo:predict", {"instances": [SENTENCES[0]]})[:2]
+    task = f"/proc/{child.proc.pid}/task"
+    names = [Path(f"{task}/{tid}/comm").read_text().strip() for tid in os.listdir(task)]
     assert status == 200, body
     assert_outputs_equal(rows_to_columns(body["predictions"]), direct(reference, "default", text=[SENTENCES[0]]), BATCH_TOL)
     assert names.count("tf_Compute") == 3, names
 
 
-@pytest.mark.slow
-def test_sigterm_finishes_requests_in_flight_and_exits_0(base_path, reference, tmp_path):
-    log_path = tmp_path / "serve.log"
-    # A 3 s batch window keeps the request below queued when SIGTERM arrives.
-    proc, port = start_serve(base_path, log_path, "--batch_timeout_ms=3000")
+def test_sigterm_finishes_requests_in_flight_and_exits_0(serve_process, reference):
+    child = serve_process()
+    proc, port, log_path = child.proc, child.port, child.log_path
     try:
-
         idle = http.client.HTTPConnection("127.0.0.1", port, timeout=CHILD_TIMEOUT)  # a keep-alive client, idle
         idle.request("GET", "/v1/models/elmo")
         assert idle.getresponse().read()

@@ -2,12 +2,14 @@
 
 What TF Serving does (docs/TF_SERVING_CONFORMANCE.md rows 12, 13, 14, 16) against our registry: new numbered version
 folders are loaded once completely written and then served as the latest, the old version is unloaded after its
-requests in flight, a broken version is reported and never replaces a good one, `status` keeps every version
-seen, version policies and labels come from a text-format config file. One export of tests/fixtures/tiny is made
-per module; versions are copies of it (shutil.copytree to a temporary name, then os.rename into place, as a
-deployment should write them). The registry polls every 0.2 s here; waits are bounded by WAIT seconds so that a
-registry that never loads fails the test instead of hanging it. Most tests use the registry directly; the last
-ones go through the HTTP server in-process and through `python -m elmo_tf.serve` as a child process.
+requests in flight, a broken version is reported and never replaces a good one, `status` keeps every version seen,
+version policies and labels come from a text-format config file. One export of tests/fixtures/tiny is made per
+module; versions are copies of it (shutil.copytree to a temporary name, then os.rename into place, as a deployment
+should write them), whose files TensorFlow loads once in this process (conftest.py, `one_load_per_export`; the
+command-line test's child loads each version itself). The registry polls every 0.2 s here; waits are bounded by WAIT
+seconds so that a registry that never loads fails the test instead of hanging it. Most tests use the registry
+directly; the last ones go through the HTTP server in-process and through `python -m elmo_tf.serve` as a child
+process.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -139,18 +140,30 @@ def test_build_vocab_file(corpus, tmp_path):
 @pytest.mark.slow
 def test_command_line(corpus, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
-    out = str(tmp_path / "vocab.txt")
-    command = [sys.executable, "-m", "elmo_tf.vocab", f"--train_prefix={corpus}", f"--vocab_file={out}"]
-    command.append("--min_count=2")
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    def command(name: str, *flags: str) -> list[str]:
+        return [sys.executable, "-m", "elmo_tf.vocab", f"--train_prefix={corpus}", f"--vocab_file={tmp_path / name}",
+                *flags]
+
+    # --vocab_size, train.py's name, cuts the vocabulary; --max_size, its earlier name here, is the same flag.
+    runs = {"min_count": command("vocab.txt", "--min_count=2"), "bad": command("bad.txt", "--min_count=0"),
+            "--vocab_size=5": command("vocab_size.txt", "--min_count=2", "--vocab_size=5"),
+            "--max_size=5": command("max_size.txt", "--min_count=2", "--max_size=5")}
+    # Each run imports TensorFlow (elmo_tf/text/vocab.py does) and writes its own file: all start at once.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        futures = {name: pool.submit(subprocess.run, argv, env=env, capture_output=True, text=True, timeout=120)
+                   for name, argv in runs.items()}
+        results = {name: future.result() for name, future in futures.items()}
+    result = results["min_count"]
     assert result.returncode == 0, result.stderr
-    assert Vocabulary.from_file(out).words == ["<S>", "</S>", "<UNK>", "the", "a", "b", "北京"]
+    words = Vocabulary.from_file(str(tmp_path / "vocab.txt")).words
+    assert words == ["<S>", "</S>", "<UNK>", "the", "a", "b", "北京"]
     assert "7 words" in result.stderr and "86.67% of the corpus tokens" in result.stderr
-    bad = subprocess.run(command[:-1] + ["--min_count=0"], env=env, capture_output=True, text=True, timeout=120)
+    bad = results["bad"]
     assert bad.returncode != 0 and "--min_count=0: 0 is not a positive integer" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr
-    # --vocab_size, train.py's name, cuts the vocabulary; --max_size, its earlier name here, is the same flag.
-    for flag in ("--vocab_size=5", "--max_size=5"):
-        result = subprocess.run(command + [flag], env=env, capture_output=True, text=True, timeout=120)
+    assert not (tmp_path / "bad.txt").exists()
+    for flag, name in (("--vocab_size=5", "vocab_size.txt"), ("--max_size=5", "max_size.txt")):
+        result = results[flag]
         assert result.returncode == 0, result.stderr
-        assert Vocabulary.from_file(out).words == ["<S>", "</S>", "<UNK>", "the", "a"], flag
+        assert Vocabulary.from_file(str(tmp_path / name)).words == ["<S>", "</S>", "<UNK>", "the", "a"], flag

@@ -61,25 +61,41 @@ def test_lstm_gradient_in_mixed_bfloat16_is_close_to_float32():
         assert relative < (0.01 if name == "bias" else 0.03), (name, relative)
 
 
-def train(corpus, save_dir, precision, steps, **overrides):
-    tc = tiny_train_config(steps, n_negative_samples=20, checkpoint_every=4, precision=precision, **overrides)
+def train(corpus, save_dir, precision, steps, snapshot_at=None):
+    """A run of `steps` steps; returns the trainer, its losses, and (at step `snapshot_at`) its weights and states."""
+    tc = tiny_train_config(steps, n_negative_samples=20, checkpoint_every=4, precision=precision)
     trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(save_dir))
-    losses = []
-    trainer.train(corpus["glob"], on_step=lambda step, m: losses.append((m["loss_forward"], m["loss_backward"])))
-    return trainer, np.array(losses)
+    losses, snapshot = [], []
+
+    def on_step(step, m):
+        losses.append((m["loss_forward"], m["loss_backward"]))
+        if step == snapshot_at:
+            snapshot.extend(trainer.model.get_weights() + [s.numpy() for s in trainer.states])
+
+    trainer.train(corpus["glob"], on_step=on_step)
+    return trainer, np.array(losses), snapshot
+
+
+@pytest.fixture(scope="module")
+def bfloat16_run(corpus, tmp_path_factory):
+    """40 bfloat16 steps (read-only), with the weights and carried states after step 8: the uninterrupted run the
+    resume test repeats (a step depends on (seed, step) and the data, not on max_steps)."""
+    save_dir = tmp_path_factory.mktemp("bf16")
+    trainer, losses, at_8 = train(corpus, save_dir, "bfloat16", 40, snapshot_at=8)
+    return {"save_dir": save_dir, "trainer": trainer, "losses": losses, "at_8": at_8}
 
 
 @pytest.mark.slow
-def test_bfloat16_training_follows_float32_and_keeps_the_checkpoint_format(corpus, tmp_path):
-    full, full_losses = train(corpus, tmp_path / "f32", "float32", 40)
-    mixed, mixed_losses = train(corpus, tmp_path / "bf16", "bfloat16", 40)
+def test_bfloat16_training_follows_float32_and_keeps_the_checkpoint_format(corpus, bfloat16_run, tmp_path):
+    full, full_losses, _ = train(corpus, tmp_path / "f32", "float32", 40)
+    mixed, mixed_losses = bfloat16_run["trainer"], bfloat16_run["losses"]
     assert mixed.model.dtype_policy.name == "mixed_bfloat16" and mixed.softmax.dtype_policy.name == "float32"
     # The same seed, data and negatives: the losses agree step by step to bfloat16's rounding.
     np.testing.assert_allclose(mixed_losses, full_losses, rtol=0.03)
     assert mixed_losses[-5:].mean() < mixed_losses[:5].mean() - 0.15  # it learns (float32: 3.04 -> 2.79)
     # The same checkpoint: every variable's name, shape and dtype; the weights and carried states float32.
-    read = {run: tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / run / "checkpoints")))
-            for run in ("f32", "bf16")}
+    read = {run: tf.train.load_checkpoint(tf.train.latest_checkpoint(str(save_dir / "checkpoints")))
+            for run, save_dir in (("f32", tmp_path / "f32"), ("bf16", bfloat16_run["save_dir"]))}
     shapes = {run: {k: v for k, v in r.get_variable_to_shape_map().items() if not k.startswith("data/")}
               for run, r in read.items()}  # (the data iterator's serialized state varies in length)
     dtypes = {run: r.get_variable_to_dtype_map() for run, r in read.items()}
@@ -91,19 +107,20 @@ def test_bfloat16_training_follows_float32_and_keeps_the_checkpoint_format(corpu
     full.softmax.set_weights(mixed.softmax.get_weights())
     assert evaluated == full.evaluate(corpus["glob"], batch_size=8)
     # A restored bfloat16 run evaluates (in float32) to the same figure.
-    restored = training.restore_trainer(str(tmp_path / "bf16"), work_dir=str(tmp_path / "eval"))
+    restored = training.restore_trainer(str(bfloat16_run["save_dir"]), work_dir=str(tmp_path / "eval"))
     assert restored.train_config.precision == "bfloat16"
     assert restored.evaluate(corpus["glob"], batch_size=8) == evaluated
 
 
 @pytest.mark.slow
-def test_bfloat16_resume_repeats_the_uninterrupted_run(corpus, tmp_path):
-    whole, whole_losses = train(corpus, tmp_path / "whole", "bfloat16", 8)
-    _, first = train(corpus, tmp_path / "parts", "bfloat16", 4)
-    resumed, second = train(corpus, tmp_path / "parts", "bfloat16", 8)
+def test_bfloat16_resume_repeats_the_uninterrupted_run(corpus, bfloat16_run, tmp_path):
+    whole_losses, whole = bfloat16_run["losses"][:8], bfloat16_run["at_8"]  # the uninterrupted run's first 8 steps
+    _, first, _ = train(corpus, tmp_path / "parts", "bfloat16", 4)
+    resumed, second, _ = train(corpus, tmp_path / "parts", "bfloat16", 8)
     np.testing.assert_array_equal(np.concatenate([first, second]), whole_losses)
-    for a, b in zip(whole.model.get_weights() + [s.numpy() for s in whole.states],
-                    resumed.model.get_weights() + [s.numpy() for s in resumed.states]):
+    resumed_values = resumed.model.get_weights() + [s.numpy() for s in resumed.states]
+    assert len(whole) == len(resumed_values)
+    for a, b in zip(whole, resumed_values):
         np.testing.assert_array_equal(a, b)
 
 

@@ -4,6 +4,7 @@ library and through train.py."""
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -21,10 +22,16 @@ SENTENCES = ["the cat sat on the mat .", "a dog ran in the park .", "the bird sa
 LINES, TOKENS = 30 * len(SENTENCES), 30 * sum(len(s.split()) for s in SENTENCES)  # the corpus: 120 lines, 780 tokens
 
 
+def write_corpus(folder, copies: int = 30) -> str:
+    """SENTENCES `copies` times in folder/a.txt (30: LINES lines, TOKENS tokens); returns its glob."""
+    folder.mkdir(exist_ok=True)
+    (folder / "a.txt").write_text("\n".join(SENTENCES * copies) + "\n")
+    return str(folder / "*.txt")
+
+
 @pytest.fixture
 def corpus(tmp_path):
-    (tmp_path / "a.txt").write_text("\n".join(SENTENCES * 30) + "\n")
-    return str(tmp_path / "*.txt")
+    return write_corpus(tmp_path)
 
 
 # -- the bound --------------------------------------------------------------------------------------------------
@@ -145,23 +152,35 @@ def test_the_estimate_on_a_tiny_training_run(corpus, tmp_path):
 
 
 # -- through train.py -------------------------------------------------------------------------------------------
-def train(*args, cwd=ROOT):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+TRAIN_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+
+
+def train_command(*args) -> list[str]:
+    """train.py with a tiny recipe, no held-out corpus and no export, and `args`."""
     tiny = ["--batch_size=2", "--unroll_steps=5", "--n_negative_samples=5", "--heldout_prefix=", "--export_dir="]
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *tiny, *args], cwd=cwd, env=env,
-                            capture_output=True, text=True, timeout=600)
+    return [sys.executable, os.path.join(ROOT, "train.py"), *tiny, *args]
+
+
+def summary_of(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def train(*args, cwd=ROOT):
+    result = subprocess.run(train_command(*args), cwd=cwd, env=TRAIN_ENV, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    return result.stderr, json.loads(result.stdout.strip().splitlines()[-1])
+    return result.stderr, summary_of(result.stdout)
 
 
 @pytest.mark.slow
-def test_a_run_on_your_own_corpus_trains_the_recipes_epochs_and_says_so(corpus, tmp_path):
+def test_a_run_on_your_own_corpus_trains_the_recipes_epochs_and_says_so(tmp_path):
+    copies = 5  # 2 epochs of them: 30 steps (the original 30 copies: 180 steps; the point is that they are not 600)
+    corpus = write_corpus(tmp_path / "corpus", copies)
     options = json.load(open(TINY))
     options["n_epochs"] = 2
     (tmp_path / "options.json").write_text(json.dumps(options))
     stderr, summary = train(f"--options_file={tmp_path / 'options.json'}", f"--train_prefix={corpus}",
                             f"--save_dir={tmp_path / 'run'}")
-    expected = 2 * (TOKENS + LINES) // (2 * 5)
+    expected = 2 * copies * (TOKENS + LINES) // 30 // (2 * 5)  # (TOKENS + LINES) // 30: the pairs of one copy
     assert (f"Training 2 epoch(s) of {corpus} (about {expected} steps; the n_epochs of --options_file="
             f"{tmp_path / 'options.json'}; --max_steps or --n_epochs to change)") in stderr, stderr[-3000:]
     assert stderr.index("Training 2 epoch(s)") < stderr.index("training: ")  # before step 1
@@ -170,14 +189,32 @@ def test_a_run_on_your_own_corpus_trains_the_recipes_epochs_and_says_so(corpus, 
 
 @pytest.mark.slow
 def test_the_bundled_demo_still_trains_600_steps(tmp_path):
-    """The default --train_prefix (data/english/train/*.txt, relative to the working directory, as run.sh runs it)."""
+    """The default --train_prefix (data/english/train/*.txt, relative to the working directory, as run.sh runs it)
+    bounds the run at 600 steps: the message, the run's train_config.json and the progress bar's total say so. The
+    run is stopped by SIGTERM once its progress bar shows, as Ctrl-C would stop it (600 steps would be most of this
+    test's time; that a run ends at its max_steps, every training test shows)."""
     (tmp_path / "data" / "english" / "train").mkdir(parents=True)
     (tmp_path / "data" / "english" / "train" / "a.txt").write_text("\n".join(SENTENCES * 5) + "\n")
-    stderr, summary = train(f"--options_file={TINY}", f"--save_dir={tmp_path / 'run'}", "--checkpoint_every=600",
-                            "--health_lines=0", "--allow_unhealthy", cwd=tmp_path)
+    save_dir = tmp_path / "run"
+    proc = subprocess.Popen(train_command(f"--options_file={TINY}", f"--save_dir={save_dir}", "--checkpoint_every=600",
+                                          "--health_lines=0", "--allow_unhealthy"),
+                            cwd=tmp_path, env=TRAIN_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = []
+    for line in proc.stderr:  # the bar's first line is drawn after the loop took over SIGTERM (a clean stop)
+        started.append(line)
+        if line.startswith("training: "):
+            proc.send_signal(signal.SIGTERM)
+            break
+    stdout, rest = proc.communicate(timeout=600)
+    stderr = "".join(started) + rest
+    assert proc.returncode == 0, stderr[-3000:]
     demo = os.path.join("data", "english", "train", "*.txt")
     assert f"Training 600 steps of {demo} (the bundled demo's length; --max_steps or --n_epochs to change)" in stderr
-    assert summary["step"] == 600
+    assert "training: 0/600 [" in stderr, stderr[-3000:]
+    train_config = json.load(open(save_dir / "train_config.json"))
+    assert (train_config["max_steps"], train_config["n_epochs"]) == (600, None)
+    summary = summary_of(stdout)
+    assert f"Stopped at step {summary['step']} on request" in stderr and 1 <= summary["step"] < 600
 
 
 @pytest.mark.slow
