@@ -95,25 +95,22 @@ LIBRARY_FLAGS = ("preset", "options_file", "init_checkpoint", "vocab_file", "voc
                  "keep_checkpoints", "state_reset_prob", "health_every", "health_lines", "health_max_ratio", "precision")
 
 
-def _check_flags() -> None:
-    from elmo_tf.training.run_setup import init_checkpoint_problem
-
+def _check_flag_combinations() -> None:
+    """The checks that need neither TensorFlow nor a file: they answer before TensorFlow's start-up."""
     if FLAGS.options_file and FLAGS["preset"].present:
         raise app.UsageError("Give either --preset or --options_file, not both.")
-    problem = FLAGS.init_checkpoint and init_checkpoint_problem(FLAGS.init_checkpoint)
-    if problem:
-        raise app.UsageError(f"--init_checkpoint={problem}")
     for needs in ("mode", "eval_every"):
         if (FLAGS.mode == "eval" if needs == "mode" else FLAGS.eval_every) and not FLAGS.heldout_prefix:
             raise app.UsageError(f"--{needs}={FLAGS[needs].value} needs --heldout_prefix.")
+    if FLAGS.mode == "train" and FLAGS.export_dir and FLAGS.health_lines == 0 and not FLAGS.allow_unhealthy:
+        raise app.UsageError("--health_lines=0 leaves the final export unchecked: add --allow_unhealthy, or "
+                             "--export_dir='' to skip the export.")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if FLAGS.mode == "train" and FLAGS.export_dir and FLAGS.health_lines == 0 and not FLAGS.allow_unhealthy:
-        raise app.UsageError("--health_lines=0 leaves the final export unchecked: add --allow_unhealthy, or "
-                             "--export_dir='' to skip the export.")
+    _check_flag_combinations()
     verbose = FLAGS["verbosity"].present  # TensorFlow's start-up, distribution and SavedModel lines: with --verbosity
     import_tensorflow(quiet=not verbose)
     if not verbose:
@@ -121,7 +118,9 @@ def main(argv):
     from elmo_tf import training
     from elmo_tf.export import folder, hub
 
-    _check_flags()
+    problem = FLAGS.init_checkpoint and training.run_setup.init_checkpoint_problem(FLAGS.init_checkpoint)
+    if problem:
+        raise app.UsageError(f"--init_checkpoint={problem}")
     try:
         if FLAGS.mode == "eval":
             result = training.evaluate_run(FLAGS.save_dir, FLAGS.heldout_prefix)
