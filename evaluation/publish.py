@@ -178,6 +178,15 @@ def read_card(folder: str) -> dict:
         return json.load(f)
 
 
+def card_eval_commands(folder: str) -> dict[str, list[str]]:
+    """The held-out commands MODEL_CARD.md of a published folder shows, as written: by held-out file, the arguments
+    after `.venv/bin/python` (run them from the repository's root)."""
+    with open(os.path.join(folder, CARD_MD), encoding="utf-8") as f:
+        lines = [line for line in f.read().splitlines() if line.startswith(".venv/bin/python train.py --mode=eval")]
+    return {file: next(line for line in lines if line.endswith(path)).split()[1:]
+            for file, path in read_card(folder)["heldout_paths"].items()}
+
+
 def model_card(card: dict, folder: str) -> str:
     """MODEL_CARD.md of a published biLM, from its card."""
     t, m, st = card["training"], card["machine"], card["storage"]
