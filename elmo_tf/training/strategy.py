@@ -11,11 +11,11 @@ from typing import Optional
 import tensorflow as tf
 
 
-def make_strategy(num_gpus: Optional[int] = None) -> tf.distribute.Strategy:
+def make_strategy(num_gpus: Optional[int] = None, devices: Optional[list[str]] = None) -> tf.distribute.Strategy:
     """MultiWorkerMirroredStrategy when TF_CONFIG names several workers; else MirroredStrategy.
 
-    MirroredStrategy uses all visible GPUs (or the first `num_gpus`), or the logical CPU devices when
-    there is no GPU (tests split the CPU into several). Each MirroredStrategy made here has collective keys of
+    MirroredStrategy uses `devices` when given (logical device names), else all visible GPUs (or the first
+    `num_gpus`), or the logical CPU devices when there is no GPU (tests split the CPU into several). Each MirroredStrategy made here has collective keys of
     its own, so trainings of different shapes can follow one another in a process (a biLM, then its adaptation);
     two built directly with `tf.distribute.MirroredStrategy` share theirs and cannot.
     """
@@ -23,6 +23,8 @@ def make_strategy(num_gpus: Optional[int] = None) -> tf.distribute.Strategy:
     workers = tf_config.get("cluster", {}).get("worker", [])
     if len(workers) > 1:
         return tf.distribute.MultiWorkerMirroredStrategy()
+    if devices is not None:
+        return _MirroredStrategy(list(devices))
     gpus = tf.config.list_logical_devices("GPU")
     if num_gpus is not None:
         if num_gpus > len(gpus):

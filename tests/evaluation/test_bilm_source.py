@@ -22,6 +22,7 @@ import pytest
 from elmo_tf.errors import InputError
 from evaluation import run_settings, stages
 from evaluation.bilm_source import detect_bilm, fit_problem
+from tests.one_device import train_on_one_device
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -225,6 +226,7 @@ def test_adaptation_starts_from_the_given_biLM_with_a_fresh_softmax(module_run, 
     softmax and no vocab.txt, so the run builds its vocabulary from the task's texts and starts a fresh softmax; at a
     learning rate of 1e-30 the biLM keeps the given weights exactly (not the initialisers')."""
     root, state = module_run
+    train_on_one_device(monkeypatch)
     task_dir = tmp_path / "task"
     task_dir.mkdir()
     for split, n in (("train", 40), ("dev", 8)):

@@ -17,6 +17,7 @@ from evaluation.lm import (  # noqa: E402
     adapt_lm, mix_shards, module_protocol_perplexity, prepare_corpus, task_corpus, train_lm,
 )
 from tests.conftest import FIXTURES  # noqa: E402
+from tests.one_device import train_on_one_device  # noqa: E402
 
 GENERAL = ["the weather is cold today .", "rain fell on the town all night .", "a cold wind came from the sea .",
            "the town was quiet in the rain ."]
@@ -24,8 +25,9 @@ REVIEWS = ["the film was great and the acting was great .", "a dull film with a 
            "great acting but the plot was dull .", "the plot of the film was great ."]
 
 
-@pytest.mark.slow  # two tiny biLMs trained (~20 s)
-def test_adaptation_starts_from_the_general_bilm_and_lowers_dev_perplexity(tmp_path):
+@pytest.mark.slow  # two tiny biLMs trained
+def test_adaptation_starts_from_the_general_bilm_and_lowers_dev_perplexity(tmp_path, monkeypatch):
+    train_on_one_device(monkeypatch)
     options = json.loads((FIXTURES / "tiny" / "options.json").read_text())
     options.update(batch_size=4, unroll_steps=5, n_negative_samples_batch=20, n_tokens_vocab=100)  # the training fields
     (tmp_path / "options.json").write_text(json.dumps(options))
@@ -47,7 +49,8 @@ def test_adaptation_starts_from_the_general_bilm_and_lowers_dev_perplexity(tmp_p
     assert lines == [REVIEWS[i % 4] for i in range(8)]  # the texts only: no labels
 
     adapted = str(tmp_path / "adapted")
-    # 10 steps bring the dev perplexity to 0.23x the general biLM's (30 steps: 0.20x; 4 steps: 0.52x).
+    # 10 steps bring the dev perplexity to 0.31x the general biLM's (seeds 0-2: at most 0.38x; 4 steps: up to 0.69x,
+    # too close to the bound), benchmarks/adapt_perplexity.py.
     summary, _ = adapt_lm(general, task, adapted, steps=10, eval_every=5, learning_rate=0.5, **common)
     assert summary["complete"] and summary["steps"] == 10
     for kept in ("vocab.txt", "options.json"):  # the general biLM's vocabulary, shape and training fields

@@ -9,6 +9,7 @@ import pytest
 
 from elmo_tf import errors, training
 from elmo_tf.training import health
+from tests.one_device import train_on_one_device
 from tests.training.test_train_cli import TINY
 from tests.training.test_training import corpus  # noqa: F401 (a fixture)
 
@@ -44,7 +45,8 @@ def test_a_check_is_explained_in_plain_words():
 
 
 @pytest.mark.slow
-def test_trains_checks_and_hands_the_healthy_model_to_the_exporter(corpus, tmp_path):
+def test_trains_checks_and_hands_the_healthy_model_to_the_exporter(corpus, tmp_path, monkeypatch):
+    train_on_one_device(monkeypatch)  # not about replicas (tests/one_device.py)
     save_dir, said, exporter = str(tmp_path / "run"), [], Exporter()
     summary = training.train_and_export(corpus["glob"], save_dir, heldout_prefix=corpus["glob"], exporter=exporter,
                                         say=said.append, health_max_ratio=1e6, **RECIPE)  # healthy whatever the figures
@@ -68,7 +70,8 @@ def test_trains_checks_and_hands_the_healthy_model_to_the_exporter(corpus, tmp_p
 
 
 @pytest.mark.slow
-def test_an_unhealthy_final_checkpoint_is_kept_but_exported_only_when_allowed(corpus, tmp_path):
+def test_an_unhealthy_final_checkpoint_is_kept_but_exported_only_when_allowed(corpus, tmp_path, monkeypatch):
+    train_on_one_device(monkeypatch)  # not about replicas (tests/one_device.py)
     save_dir, said, exporter = str(tmp_path / "run"), [], Exporter()
     # health_max_ratio=1: no two figures are equal, so the check fails. Without an exporter the run just ends.
     summary = training.train_and_export(corpus["glob"], save_dir, say=said.append, health_max_ratio=1.0, **RECIPE)
