@@ -34,6 +34,13 @@ WORDS = "good great fine nice bad awful poor dull movie plot acting film story t
 POSITIVE, NEGATIVE = WORDS[:4], WORDS[4:8]
 
 
+# The spec's grid (sizes x seeds for every variant) holds these runs, which no assertion reads: they are marked finished
+# before the worker starts, so it trains only what the tests check (each marker is checked to be left as it was).
+UNREAD = [(v, "nall", 1) for v in ("a_layer0", "b_top", "c_mix", "e_word2vec", "f_tfidf", "g_task", "h_task_elmo")] + [
+    ("b_top", "n20", 0), ("b_top", "n20", 1), ("g_task", "n20", 0), ("h_task_elmo", "n20", 0)]
+UNREAD_METRICS = '{"marker": "not trained: no assertion reads this run"}'
+
+
 def _sentences(n, seed):
     rng = np.random.RandomState(seed)
     rows = []
@@ -66,6 +73,10 @@ def trained(tmp_path_factory):
                    "min_head_steps": 4, "max_head_steps": 10, "head_learning_rate": 0.01, "ft_epochs": 1, "ft_learning_rates": [0.001, 0.0001]},
     }
     (root / "spec.json").write_text(json.dumps(spec))
+    for variant, size, seed in UNREAD:  # the worker skips a folder that holds metrics.json (as when a run resumes)
+        folder = root / "classifiers" / variant / size / f"seed{seed}"
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(UNREAD_METRICS)
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-m", "evaluation.classifiers", f"--spec={root / 'spec.json'}"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=CHILD_TIMEOUT)
@@ -142,6 +153,9 @@ def test_every_variant_is_saved_with_metrics(trained):
     assert a["mix_weights"] == [1.0, 0.0, 0.0]
     ulmfit = json.loads((root / "classifiers" / "d_finetune_ulmfit" / "nall" / "seed0" / "metrics.json").read_text())
     assert ulmfit["finetune"]["discriminative_decay"] == 2.6 and ulmfit["finetune"]["schedule"] == "slanted_triangular"
+    for variant, size, seed in UNREAD:  # a finished run is kept as it is
+        folder = root / "classifiers" / variant / size / f"seed{seed}"
+        assert [p.name for p in folder.iterdir()] == ["metrics.json"] and (folder / "metrics.json").read_text() == UNREAD_METRICS
 
 
 def test_learning_curve_sizes_share_examples_across_variants(trained):

@@ -164,11 +164,12 @@ def toy_run(tmp_path_factory):
     y_dev, x_dev = read_labelled_tsv(str(root / "dev_used.tsv"))
     y, y_dev = label_ids(y, [0, 1]), label_ids(y_dev, [0, 1])
     out_dir = root / "classifiers"
-    # As the stage's worker (evaluation/classifiers.py) does: the features of each encoder computed once ((h) and (i)
-    # read the same module here), one model per variant, re-initialised for each seed (as a new one would be).
+    # As the stage's worker (evaluation/classifiers.py) does: the features of each encoder computed once, one model per
+    # variant, re-initialised for each seed (as a new one would be). (h) and (i) read the same module here, so they train
+    # to the same weights (training is reproducible: test_training_again_...): each (h) model is saved as (i) too.
     encoders = {elmo: F.TokenFeatures(str(w2v), elmo, "whitespace", max_tokens=6) for elmo in (None, module)}
     features = {elmo: (encoder.compute(x, 16), encoder.compute(x_dev, 16)) for elmo, encoder in encoders.items()}
-    for variant, elmo in (("g_task", None), ("h_task_elmo", module), ("i_task_elmo_adapted", module)):
+    for variants, elmo in ((["g_task"], None), (["h_task_elmo", "i_task_elmo_adapted"], module)):
         encoder, (train, dev) = encoders[elmo], features[elmo]
         config = TM.TaskModelConfig(word_dim=encoder.word_dim, elmo_layers=encoder.num_layers if elmo else 0,
                                     elmo_dim=encoder.elmo_dim if elmo else 0, hidden=4, dense=4)
@@ -182,11 +183,12 @@ def toy_run(tmp_path_factory):
             metrics = {"dev_accuracy": accuracy["dev"], "train_accuracy": accuracy["train"], "loss_per_epoch": losses,
                        "mix_weights": model.mix_weights(),
                        "gamma": float(model.mix_input.gamma.numpy()[0]) if elmo else None}
-            folder = out_dir / variant / "n24" / f"seed{seed}"
-            saved_config = TM.TaskClassifier.make_config(os.path.relpath(w2v, folder),
-                                                         os.path.relpath(elmo, folder) if elmo else None, config,
-                                                         tokenizer="whitespace", max_tokens=6)
-            TM.save_task_model(model, saved_config, str(folder), metrics)
+            for variant in variants:
+                folder = out_dir / variant / "n24" / f"seed{seed}"
+                saved_config = TM.TaskClassifier.make_config(os.path.relpath(w2v, folder),
+                                                             os.path.relpath(elmo, folder) if elmo else None, config,
+                                                             tokenizer="whitespace", max_tokens=6)
+                TM.save_task_model(model, saved_config, str(folder), metrics)
     settings = types.SimpleNamespace(sizes=["24"], seeds=["0", "1", "2", "3"], variants=list(ood.VARIANTS), dev_examples=0,
                                      batch_size=8, tm_learning_rate=1e-3, docs_dir=str(root / "docs"))
     fake = types.SimpleNamespace(s=settings, run_dir=str(root / "run"))
@@ -242,7 +244,7 @@ def test_training_again_without_a_change_reproduces_the_saved_models(toy_run):
     features = root / "run" / "out_of_domain"
     train = Features.load(str(features / "features_i_task_elmo_adapted_train.npz"))
     dev = Features.load(str(features / "features_i_task_elmo_adapted_movie.npz"))
-    model = None
+    model = changed = None
     for seed in ("0", "2"):
         folder = str(root / "classifiers" / "i_task_elmo_adapted" / "n24" / f"seed{seed}")
         saved = TM.load(folder)
@@ -250,6 +252,6 @@ def test_training_again_without_a_change_reproduces_the_saved_models(toy_run):
         model = domain_shift.train_again(folder, seed, {}, train, y, [0, 1], saved.features.vectors, 24, 8, 1e-3, model)
         np.testing.assert_allclose(TM.predict_proba(model, dev, saved.features.vectors), expected, rtol=1e-4, atol=1e-5)
         changed = domain_shift.train_again(folder, seed, {"elmo_dropout": 0.0}, train, y, [0, 1], saved.features.vectors,
-                                           24, 8, 1e-3)
+                                           24, 8, 1e-3, changed)  # seed 2: seed 0's changed model re-used (not traced again)
         assert changed.config.elmo_dropout == 0.0 and not np.allclose(TM.predict_proba(changed, dev, saved.features.vectors),
                                                                       expected, atol=1e-5)

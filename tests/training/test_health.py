@@ -1,6 +1,7 @@
 """The zero-state health check: the module's protocol (every sentence from a zero state), its record at every
 checkpoint, the checkpoints kept for it, and the export that refuses an unhealthy checkpoint."""
 
+import concurrent.futures
 import json
 import math
 import os
@@ -132,18 +133,21 @@ def test_train_and_export_refuse_an_unhealthy_checkpoint_from_the_command_line(t
     records = json.load(open(save_dir / "checkpoints" / "health.json"))
     assert [r["step"] for r in records] == [2, 4] and not any(r["healthy"] for r in records)
 
-    refused = run("export.py", f"--checkpoint_dir={save_dir}", f"--export_dir={hub}")
-    assert refused.returncode == 2 and not hub.exists()
+    # The three export.py runs only read the run, each to an export folder of its own: they run side by side.
+    refused_dir, rechecked_dir = tmp_path / "refused", tmp_path / "rechecked"
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        refused, rechecked, forced = pool.map(lambda args: run("export.py", f"--checkpoint_dir={save_dir}", *args), [
+            [f"--export_dir={refused_dir}"],
+            [f"--export_dir={rechecked_dir}", "--checkpoint_step=2", f"--health_sample={tmp_path / 'a.txt'}"],
+            [f"--export_dir={hub}", "--allow_unhealthy", "--checkpoint_step=2"],
+        ])
+    assert refused.returncode == 2 and not refused_dir.exists()
     assert "Refusing to export" in refused.stderr and "at step 4" in refused.stderr
     assert f"forward {records[1]['zero_forward']:,.1f}" in refused.stderr, refused.stderr[-2000:]
     assert "--allow_unhealthy" in refused.stderr and "Traceback" not in refused.stderr
 
-    rechecked = run("export.py", f"--checkpoint_dir={save_dir}", f"--export_dir={hub}", "--checkpoint_step=2",
-                    f"--health_sample={tmp_path / 'a.txt'}")
-    assert rechecked.returncode == 2 and "at step 2" in rechecked.stderr and not hub.exists()
+    assert rechecked.returncode == 2 and "at step 2" in rechecked.stderr and not rechecked_dir.exists()
 
-    forced = run("export.py", f"--checkpoint_dir={save_dir}", f"--export_dir={hub}", "--allow_unhealthy",
-                 "--checkpoint_step=2")
     assert forced.returncode == 0, forced.stderr[-3000:]
     module = tf.saved_model.load(str(hub))
     out = module.signatures["default"](text=tf.constant(["the cat sat ."]))

@@ -1,11 +1,15 @@
-"""train.py and export.py --checkpoint_dir from the command line (subprocesses)."""
+"""train.py and export.py --checkpoint_dir from the command line (subprocesses, and the library where a test reads
+what a command wrote)."""
 
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from elmo_tf import training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "tests", "fixtures", "tiny", "options.json")
@@ -35,20 +39,23 @@ def test_train_eval_and_export_from_the_command_line(corpus, tmp_path):
     assert summary["step"] == 3 and summary["heldout_perplexity"] > 1
     assert os.path.isfile(save_dir / "vocab.txt") and os.path.isfile(hub / "saved_model.pb")
 
-    evaluated = run("train.py", "--mode=eval", f"--save_dir={save_dir}", f"--heldout_prefix={corpus}")
+    # The evaluation and the export to weight files only read the run: they run side by side.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        evaluating = pool.submit(run, "train.py", "--mode=eval", f"--save_dir={save_dir}", f"--heldout_prefix={corpus}")
+        exporting = pool.submit(run, "export.py", f"--checkpoint_dir={save_dir}", f"--export_dir={tmp_path / 'again'}",
+                                "--format=hdf5")
+        evaluated, exported = evaluating.result(), exporting.result()
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     result = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert set(result) >= {"perplexity", "perplexity_forward", "perplexity_backward"}
     assert abs(result["perplexity"] - summary["heldout_perplexity"]) < 1e-3 * summary["heldout_perplexity"]
     assert result["zero_state"]["tokens"] == result["tokens"] and result["zero_state"]["perplexity"] > 1
 
-    exported = run("export.py", f"--checkpoint_dir={save_dir}", f"--export_dir={tmp_path / 'again'}", "--format=hdf5")
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert sorted(os.listdir(tmp_path / "again")) == ["options.json", "vocab.txt", "weights.hdf5"]
     # The folder of weight files (softmax included) evaluates as the training directory does, in both protocols.
-    from_files = run("train.py", "--mode=eval", f"--save_dir={tmp_path / 'again'}", f"--heldout_prefix={corpus}")
-    assert from_files.returncode == 0, from_files.stderr[-3000:]
-    again = json.loads(from_files.stdout.strip().splitlines()[-1])
+    # In-process: --mode=eval hands --save_dir as it is to `evaluate_run`, and the command ran above.
+    again = training.evaluate_run(str(tmp_path / "again"), corpus, say=lambda line: None)
     for protocol in (lambda r: r, lambda r: r["zero_state"]):
         for key in ("perplexity_forward", "perplexity_backward"):
             assert abs(protocol(again)[key] - protocol(result)[key]) < 1e-4 * protocol(result)[key]

@@ -23,6 +23,7 @@ from tests.conftest import FIXTURES
 from tests.train_worker import tiny_train_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SLOW_FIXTURES = {"trained_run", "replica_runs"}  # tests/conftest.py marks their tests slow
 SENTENCES = [
     "the cat sat on the mat .",
     "a dog ran in the park .",
@@ -42,6 +43,16 @@ def corpus(tmp_path_factory):
     vocab_file = root / "vocab.txt"
     vocab.to_file(str(vocab_file))
     return {"glob": str(root / "*.txt"), "vocab": vocab, "vocab_file": str(vocab_file)}
+
+
+@pytest.fixture(scope="module")
+def trained_run(corpus, tmp_path_factory):
+    """A finished 3-step run of the tiny model, shared (read-only) by the tests that read a trained run: its trainer
+    and save_dir."""
+    save_dir = tmp_path_factory.mktemp("trained") / "run"
+    trainer = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(3), str(save_dir))
+    trainer.train(corpus["glob"])
+    return {"trainer": trainer, "save_dir": save_dir}
 
 
 def tiny_config():
@@ -112,16 +123,14 @@ def test_overfits_a_tiny_corpus(corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_evaluation_from_the_training_state(corpus, tmp_path):
+def test_evaluation_from_the_training_state(corpus, trained_run, tmp_path):
     """`evaluate(from_training_state=True)` starts each row from the LSTM state training carried (restored with
     the run by `restore_trainer`); with that state zeroed it is exactly the zero-state evaluation."""
-    tc = tiny_train_config(20, n_negative_samples=10_000, checkpoint_every=20)
-    trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path / "run"))
-    trainer.train(corpus["glob"])
-    restored = training.restore_trainer(str(tmp_path / "run"), work_dir=str(tmp_path / "eval"))
+    trainer = trained_run["trainer"]
+    restored = training.restore_trainer(str(trained_run["save_dir"]), work_dir=str(tmp_path / "eval"))
     for a, b in zip(trainer.states, restored.states):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    assert max(float(tf.reduce_max(tf.abs(s))) for s in restored.states) > 0.01  # training carried a real state
+    assert max(float(tf.reduce_max(tf.abs(s))) for s in restored.states) > 0.01  # training carried a real state (0.42)
     carried = restored.evaluate(corpus["glob"], from_training_state=True)
     zero = restored.evaluate(corpus["glob"], batch_size=restored.global_batch)
     assert carried["tokens"] == zero["tokens"] and carried["perplexity"] != zero["perplexity"]
@@ -283,21 +292,32 @@ def test_initialisers_are_the_originals(tmp_path):
     assert not weights["softmax/b"].any()
 
 
-@pytest.mark.slow
-def test_three_replicas_equal_one(corpus, tmp_path):
-    results = []
-    for n in (1, 3):
+@pytest.fixture(scope="module")
+def replica_runs(corpus, tmp_path_factory):
+    """The same 4 steps on one device (6 rows) and on make_strategy()'s 3 replicas over the 3 logical CPUs (2 rows
+    each), with state resets in most steps and no dropout (its draws differ by replica): by replica count, the
+    trainer (read-only), its save_dir, and the losses, weights and carried states it ended with."""
+    root = tmp_path_factory.mktemp("replicas")
+    runs = {}
+    for n, strategy in ((1, strategy_on(1)), (3, training.make_strategy())):
         tc = tiny_train_config(4, batch_size=6 // n, dropout=0.0, checkpoint_every=1000, state_reset_prob=0.3)
-        trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(tmp_path / f"r{n}"), strategy_on(n))
+        trainer = training.Trainer(tiny_config(), corpus["vocab"], tc, str(root / f"r{n}"), strategy)
+        assert trainer.num_replicas == n
         losses = []
         trainer.train(corpus["glob"], on_step=lambda step, m: losses.append(m["loss_forward"] + m["loss_backward"]))
-        results.append((losses, [w.numpy() for w in trainer.model.weights], [s.numpy() for s in trainer.states]))
-    (l1, w1, s1), (l3, w3, s3) = results
-    assert training.restore_trainer(str(tmp_path / "r3")).global_batch == 6  # the checkpoint's rows, on one device
-    np.testing.assert_allclose(l1, l3, rtol=1e-5)
-    for a, b in zip(w1 + s1, w3 + s3):
+        runs[n] = {"trainer": trainer, "save_dir": str(root / f"r{n}"), "losses": losses,
+                   "weights": [w.numpy() for w in trainer.model.weights], "states": [s.numpy() for s in trainer.states]}
+    return runs
+
+
+@pytest.mark.slow
+def test_three_replicas_equal_one(replica_runs):
+    one, three = replica_runs[1], replica_runs[3]
+    assert training.restore_trainer(three["save_dir"]).global_batch == 6  # the checkpoint's rows, on one device
+    np.testing.assert_allclose(one["losses"], three["losses"], rtol=1e-5)
+    for a, b in zip(one["weights"] + one["states"], three["weights"] + three["states"]):
         np.testing.assert_allclose(a, b, atol=1e-5)
-    assert not np.allclose(w1[0], load_original(str(FIXTURES / "tiny" / "options.json"), str(FIXTURES / "tiny" / "weights.hdf5")).weights[0].numpy())
+    assert not np.allclose(one["weights"][0], load_original(str(FIXTURES / "tiny" / "options.json"), str(FIXTURES / "tiny" / "weights.hdf5")).weights[0].numpy())
 
 
 @pytest.mark.slow
@@ -341,13 +361,23 @@ def test_bad_train_config_is_rejected():
 
 
 # -- subprocesses: kill -9 and resume; two workers ---------------------------------------------------
-def run_worker(args, env=None, check=True):
+def start_worker(args, env=None) -> subprocess.Popen:
+    """`python -m tests.train_worker ARGS` (tests/train_worker.py), in the background."""
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    proc = subprocess.run([sys.executable, "-m", "tests.train_worker", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.Popen([sys.executable, "-m", "tests.train_worker", *map(str, args)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen, check=True) -> subprocess.CompletedProcess:
+    """Waits for a `start_worker` process; with `check`, it must have succeeded."""
+    stdout, stderr = proc.communicate(timeout=600)
     if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+        assert proc.returncode == 0, stderr[-3000:]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def run_worker(args, check=True):
+    return finish(start_worker(args), check)
 
 
 def read_steps(path):
@@ -357,17 +387,23 @@ def read_steps(path):
 @pytest.mark.slow
 def test_kill_9_and_resume_follows_the_uninterrupted_run(corpus, tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_worker([straight, corpus["glob"], corpus["vocab_file"], 10])
-    killed = run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10, 8], check=False)
-    assert killed.returncode == -9
-    assert tf.train.latest_checkpoint(str(resumed / "checkpoints")).endswith("-6")  # checkpoint_every=3
-    # Killed again while writing the checkpoint of step 9: its data is on disk but not in place, so it is
-    # not a checkpoint, and the next run resumes from step 6.
-    killed = run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10, "save:9"], check=False)
-    assert killed.returncode == -9
-    assert os.listdir(resumed / "checkpoints" / "ckpt-9_temp")
-    assert [os.path.basename(p) for p in training.checkpoint_prefixes(str(resumed / "checkpoints"))] == ["ckpt-3", "ckpt-6"]
-    run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10])
+    uninterrupted = start_worker([straight, corpus["glob"], corpus["vocab_file"], 10])  # beside the runs below
+    try:
+        killed = run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10, 8], check=False)
+        assert killed.returncode == -9
+        assert tf.train.latest_checkpoint(str(resumed / "checkpoints")).endswith("-6")  # checkpoint_every=3
+        # Killed again while writing the checkpoint of step 9: its data is on disk but not in place, so it is
+        # not a checkpoint, and the next run resumes from step 6.
+        killed = run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10, "save:9"], check=False)
+        assert killed.returncode == -9
+        assert os.listdir(resumed / "checkpoints" / "ckpt-9_temp")
+        assert [os.path.basename(p) for p in training.checkpoint_prefixes(str(resumed / "checkpoints"))] == ["ckpt-3", "ckpt-6"]
+        run_worker([resumed, corpus["glob"], corpus["vocab_file"], 10])
+        finish(uninterrupted)
+    finally:  # a failed check above leaves no worker behind
+        if uninterrupted.poll() is None:
+            uninterrupted.kill()
+            uninterrupted.wait()
     a, b = read_steps(straight / "steps-0.jsonl"), read_steps(resumed / "steps-0.jsonl")
     assert sorted(b) == list(range(1, 11))  # steps 7-9 ran more than once: before the kills and after the resume
     for step in range(1, 11):
@@ -388,16 +424,11 @@ def free_port():
 @pytest.mark.slow
 def test_two_workers_on_loopback(corpus, tmp_path):
     cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
-    procs = []
-    for i in range(2):
-        env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3",
-                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.train_worker", str(tmp_path), corpus["glob"],
-                                       corpus["vocab_file"], "4"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+    procs = [start_worker([tmp_path, corpus["glob"], corpus["vocab_file"], 4],
+                          env={"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})})
+             for i in range(2)]
     for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-3000:]
+        finish(p)
     finals = [json.load(open(tmp_path / f"final-{i}.json")) for i in range(2)]
     assert finals[0]["summary"]["step"] == finals[1]["summary"]["step"] == 4
     for name in finals[0]["weights"]:  # both workers hold the same (mirrored) weights
@@ -408,10 +439,9 @@ def test_two_workers_on_loopback(corpus, tmp_path):
 
 # -- export of a trained model ---------------------------------------------------------------------
 @pytest.mark.slow
-def test_trained_checkpoint_exports_to_hdf5_and_hub_with_identical_outputs(corpus, tmp_path):
-    trainer = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(3), str(tmp_path / "run"))
-    trainer.train(corpus["glob"])
-    bilm = training.restore_bilm(str(tmp_path / "run"))
+def test_trained_checkpoint_exports_to_hdf5_and_hub_with_identical_outputs(trained_run, tmp_path):
+    trainer = trained_run["trainer"]
+    bilm = training.restore_bilm(str(trained_run["save_dir"]))
     ids = char_ids.text_to_char_ids(tf.constant(SENTENCES + [""]), 50)
     expected = bilm(ids)
     np.testing.assert_array_equal(expected["layers"][2].numpy(), trainer.inference_model()(ids)["layers"][2].numpy())
@@ -429,13 +459,12 @@ def test_trained_checkpoint_exports_to_hdf5_and_hub_with_identical_outputs(corpu
 
 
 @pytest.mark.slow
-def test_continued_pretraining_with_a_new_vocabulary(corpus, tmp_path):
-    first = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(2), str(tmp_path / "first"))
-    first.train(corpus["glob"])
+def test_continued_pretraining_with_a_new_vocabulary(corpus, trained_run, tmp_path):
+    first, first_dir = trained_run["trainer"], str(trained_run["save_dir"])
     (tmp_path / "new.txt").write_text("the cat met a zebra .\nzebras like the sun .\n")
     new_vocab = Vocabulary.build(str(tmp_path / "new.txt"))
     second = training.Trainer(tiny_config(), new_vocab, tiny_train_config(1), str(tmp_path / "second"))
-    second.warm_start(str(tmp_path / "first"))
+    second.warm_start(first_dir)
     for a, b in zip(first.model.weights, second.model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
     old_w, new_w = first.softmax.softmax_weights.numpy(), second.softmax.softmax_weights.numpy()
@@ -450,14 +479,18 @@ def test_continued_pretraining_with_a_new_vocabulary(corpus, tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
     other = BiLMConfig.from_json_file(str(FIXTURES / "tiny2" / "options.json"))
     with pytest.raises(ValueError, match="architecture differs"):
-        training.Trainer(other, new_vocab, tiny_train_config(1), str(tmp_path / "fourth")).warm_start(str(tmp_path / "first"))
+        training.Trainer(other, new_vocab, tiny_train_config(1), str(tmp_path / "fourth")).warm_start(first_dir)
     # from a folder of weight files with the softmax (export.py --format=hdf5 of a run, the published biLMs): the same
     # start as from the run itself; a float16 softmax within float16's rounding
+    heldout = corpus["glob"]
+    protocols = ({}, {"sentence_by_sentence": True})
+    theirs = training.restore_trainer(first_dir)
+    run_figures = [theirs.evaluate(heldout, **kwargs) for kwargs in protocols]  # the run's, once for both dtypes
     for dtype, tolerance in (("float32", 0), ("float16", 1e-3)):
         folder = str(tmp_path / f"files_{dtype}")
-        export_hdf5(training.restore_bilm(str(tmp_path / "first")), folder, softmax=training.restore_softmax(
-            str(tmp_path / "first")), vocab=corpus["vocab"], softmax_dtype=dtype)
-        assert training.is_weights_folder(folder) and not training.is_weights_folder(str(tmp_path / "first"))
+        export_hdf5(training.restore_bilm(first_dir), folder, softmax=training.restore_softmax(first_dir),
+                    vocab=corpus["vocab"], softmax_dtype=dtype)
+        assert training.is_weights_folder(folder) and not training.is_weights_folder(first_dir)
         fifth = training.Trainer(tiny_config(), new_vocab, tiny_train_config(1), str(tmp_path / f"fifth_{dtype}"))
         fifth.warm_start(folder)
         for a, b in zip(second.model.weights, fifth.model.weights):
@@ -466,25 +499,22 @@ def test_continued_pretraining_with_a_new_vocabulary(corpus, tmp_path):
         np.testing.assert_allclose(fifth.softmax.softmax_weights.numpy()[shared], new_w[shared], rtol=tolerance,
                                    atol=tolerance)
         # and it evaluates as the run does (full softmax, both protocols)
-        heldout = corpus["glob"]
-        ours, theirs = training.restore_trainer(folder), training.restore_trainer(str(tmp_path / "first"))
-        for kwargs in ({}, {"sentence_by_sentence": True}):
-            a, b = ours.evaluate(heldout, **kwargs), theirs.evaluate(heldout, **kwargs)
+        ours = training.restore_trainer(folder)
+        for kwargs, b in zip(protocols, run_figures):
+            a = ours.evaluate(heldout, **kwargs)
             assert a["tokens"] == b["tokens"]
             np.testing.assert_allclose(a["perplexity"], b["perplexity"], rtol=1e-5 if dtype == "float32" else 1e-2)
 
 
 @pytest.mark.slow
-def test_a_biLM_then_its_adaptation_on_new_strategies_in_one_process(corpus, tmp_path):
+def test_a_biLM_then_its_adaptation_on_new_strategies_in_one_process(corpus, replica_runs, tmp_path):
     """A biLM, then its continued pretraining on a new vocabulary (another softmax shape), each under a new
     make_strategy() over the 3 logical CPUs, in one process: the second strategy's collectives once reused the first's
     keys and failed in CollectiveReduceV2 ("Shape mismatch in the collective instance 100"). The adaptation's steps
-    equal those of the same adaptation on one device."""
+    equal those of the same adaptation on one device. The biLM is the 3-replica run of `replica_runs`."""
     tc = dict(dropout=0.0, checkpoint_every=1000)  # no dropout: its draws differ by replica
-    general = training.Trainer(tiny_config(), corpus["vocab"], tiny_train_config(2, batch_size=2, **tc),
-                               str(tmp_path / "general"), training.make_strategy())
-    assert general.num_replicas == 3
-    general.train(corpus["glob"])
+    general = replica_runs[3]
+    assert general["trainer"].num_replicas == 3
     (tmp_path / "task.txt").write_text("the cat met a zebra .\nzebras like the sun .\n" * 20)
     task_vocab = Vocabulary.build(str(tmp_path / "task.txt"))
     assert task_vocab.size != corpus["vocab"].size
@@ -493,7 +523,7 @@ def test_a_biLM_then_its_adaptation_on_new_strategies_in_one_process(corpus, tmp
         trainer = training.Trainer(tiny_config(), task_vocab, tiny_train_config(2, batch_size=batch_size, **tc),
                                    str(tmp_path / name), strategy)
         steps = losses[name] = []
-        trainer.train(str(tmp_path / "task.txt"), init_from=str(tmp_path / "general"),
+        trainer.train(str(tmp_path / "task.txt"), init_from=general["save_dir"],
                       on_step=lambda step, m: steps.append(m["loss_forward"] + m["loss_backward"]))
     assert len(losses["three"]) == 2
     np.testing.assert_allclose(losses["three"], losses["one"], rtol=1e-5)
