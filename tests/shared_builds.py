@@ -15,7 +15,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -89,34 +88,11 @@ def copy_of(export: str, target: Path) -> Path:
     return target
 
 
-_FLAGS_LOCK = threading.Lock()  # absl's FLAGS are one global: one in-process command at a time
+def command_export(args: list[str]) -> Path:
+    """The folder `export.py ARGS --export_dir=FOLDER` writes, run once in a child process per distinct command line
+    (and per content of the files it names) and shared by every test that runs the same command (read-only).
 
-
-def _export_py_in_process(args: list[str], export_dir: Path) -> None:
-    """`export.py ARGS --export_dir=EXPORT_DIR` in this process: the command's own flag parser and `main`."""
-    from absl import flags
-
-    from elmo_tf.commands import export as command
-    from elmo_tf.utils.flag_checks import parse_flags
-
-    with _FLAGS_LOCK:
-        flags.FLAGS.unparse_flags()  # flags another in-process parse left set would otherwise carry over
-        try:
-            command.main(parse_flags(["export.py", *args, f"--export_dir={export_dir}"]))
-        except SystemExit as e:  # a refusal (exit status 2): the export the test needed failed
-            raise AssertionError(f"export.py {' '.join(args)} exited with status {e.code}") from None
-        finally:
-            flags.FLAGS.unparse_flags()
-
-
-def command_export(args: list[str], in_process: bool = False) -> Path:
-    """The folder `export.py ARGS --export_dir=FOLDER` writes, run once per distinct command line (and per content of
-    the files it names) and shared by every test that runs the same command (read-only).
-
-    It runs in a child process, as a user runs it, or with `in_process` in this one (the command's flag parser and
-    `main`, without a child's ~5 s TensorFlow start: for tests that check what the export writes, not how the command
-    exits); either way it is the same cache entry. `args` must not name --export_dir. A failing export raises
-    AssertionError with the command's output."""
+    `args` must not name --export_dir. A failing export raises AssertionError with the command's output."""
     import subprocess
     import sys
 
@@ -126,9 +102,6 @@ def command_export(args: list[str], in_process: bool = False) -> Path:
     key = hashlib.sha256(" ".join(args).encode()).hexdigest()[:10]
 
     def build(target: Path) -> None:
-        if in_process:
-            _export_py_in_process(args, target)
-            return
         result = subprocess.run([sys.executable, "export.py", *args, f"--export_dir={target}"], cwd=REPO,
                                 capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, f"export.py {' '.join(args)} failed:\n{result.stderr[-3000:]}"

@@ -13,10 +13,9 @@ from absl import app, flags, logging
 
 from elmo_tf.utils.flag_checks import EXIT_USAGE, INT32_MAX, check_float, run_command
 from elmo_tf.errors import ConfigError, ModelDirError, MonitoringConfigError
-from elmo_tf.serving import FLOAT_FORMATS, ServerOptions, serve
+from elmo_tf.serving import FLOAT_FORMATS, ServerOptions
 
 FLAGS = flags.FLAGS
-DEFAULT = ServerOptions()  # the limits' defaults are ServerOptions' (one place)
 
 # The models: one (--model_base_path or --model_dir, --model_name) or a TF Serving config file.
 flags.DEFINE_string("model_base_path", None, "A TF Serving base path with numbered version folders (the highest "
@@ -124,6 +123,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"--model_name must be non-empty without '/' or ':'; got {FLAGS.model_name!r}.")
     grpc_port, rest_port = _ports()
     options = ServerOptions(**{field: FLAGS[flag].value for flag, field in OPTION_OF_FLAG.items()})  # ranges: parsed
+    from elmo_tf.serving import serve  # TensorFlow loads here, after the flags are checked
     try:
         serve(model_base_path=base_path or None, model_name=FLAGS.model_name, host=FLAGS.host, grpc_port=grpc_port,
               model_config_file=FLAGS.model_config_file or None, rest_port=rest_port, options=options,

@@ -28,19 +28,37 @@ One job per module, in the order a request meets them (each door is a pair: the 
 elmo_tf/errors.py; the command line is elmo_tf/commands/serve.py.
 """
 
-from elmo_tf.serving.batcher import Batcher
-from elmo_tf.serving.grpc_api import add_services as add_grpc_services
-from elmo_tf.serving.grpc_server import GrpcServer
-from elmo_tf.serving.json_codec import json_to_array, parse_predict_request, predict_response, predict_response_body
-from elmo_tf.serving.metrics import Metrics, load_monitoring_config
-from elmo_tf.serving.model_config import ModelConfig, VersionPolicy, read_model_config_file, single_model_config
-from elmo_tf.serving.model_server import ModelServer, serve
-from elmo_tf.serving.options import FLOAT_FORMATS, ServerOptions
-from elmo_tf.serving.registry import LoadedVersion, ModelRegistry
-from elmo_tf.serving.rest_api import RestApi
-from elmo_tf.serving.rest_server import RestServer
-from elmo_tf.serving.servable import DEFAULT_SIGNATURE, SEQUENCE_LEN, ServedModel, Signature
-from elmo_tf.serving.version_folders import resolve_model_dir
+import importlib as _importlib
+
+# Each name loads its module on first use (PEP 562), so that the command's flag checks do not wait for TensorFlow.
+_PUBLIC = {
+    "Batcher": ("elmo_tf.serving.batcher", "Batcher"),
+    "DEFAULT_SIGNATURE": ("elmo_tf.serving.servable", "DEFAULT_SIGNATURE"),
+    "FLOAT_FORMATS": ("elmo_tf.serving.options", "FLOAT_FORMATS"),
+    "GrpcServer": ("elmo_tf.serving.grpc_server", "GrpcServer"),
+    "LoadedVersion": ("elmo_tf.serving.registry", "LoadedVersion"),
+    "Metrics": ("elmo_tf.serving.metrics", "Metrics"),
+    "ModelConfig": ("elmo_tf.serving.model_config", "ModelConfig"),
+    "ModelRegistry": ("elmo_tf.serving.registry", "ModelRegistry"),
+    "ModelServer": ("elmo_tf.serving.model_server", "ModelServer"),
+    "RestApi": ("elmo_tf.serving.rest_api", "RestApi"),
+    "RestServer": ("elmo_tf.serving.rest_server", "RestServer"),
+    "SEQUENCE_LEN": ("elmo_tf.serving.servable", "SEQUENCE_LEN"),
+    "ServedModel": ("elmo_tf.serving.servable", "ServedModel"),
+    "ServerOptions": ("elmo_tf.serving.options", "ServerOptions"),
+    "Signature": ("elmo_tf.serving.servable", "Signature"),
+    "VersionPolicy": ("elmo_tf.serving.model_config", "VersionPolicy"),
+    "add_grpc_services": ("elmo_tf.serving.grpc_api", "add_services"),
+    "json_to_array": ("elmo_tf.serving.json_codec", "json_to_array"),
+    "load_monitoring_config": ("elmo_tf.serving.metrics", "load_monitoring_config"),
+    "parse_predict_request": ("elmo_tf.serving.json_codec", "parse_predict_request"),
+    "predict_response": ("elmo_tf.serving.json_codec", "predict_response"),
+    "predict_response_body": ("elmo_tf.serving.json_codec", "predict_response_body"),
+    "read_model_config_file": ("elmo_tf.serving.model_config", "read_model_config_file"),
+    "resolve_model_dir": ("elmo_tf.serving.version_folders", "resolve_model_dir"),
+    "serve": ("elmo_tf.serving.model_server", "serve"),
+    "single_model_config": ("elmo_tf.serving.model_config", "single_model_config"),
+}
 
 __all__ = [
     "DEFAULT_SIGNATURE",
@@ -70,3 +88,16 @@ __all__ = [
     "serve",
     "single_model_config",
 ]
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        module, attribute = _PUBLIC[name]
+        value = getattr(_importlib.import_module(module), attribute)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'elmo_tf.serving' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

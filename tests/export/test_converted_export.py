@@ -3,13 +3,11 @@ checked as users load the result: `tf.saved_model.load(dir).signatures["tokens"]
 `signatures["default"]` (text, where str.split() gives the fixture's tokens exactly), or the `--format=hdf5` folder
 read back with `load_original`.
 
-Refusals and flag misuse must exit with status 2 and one error line: each is a child process (`python export.py ...`,
-cwd the repository), as a user runs it. An export that succeeds is checked by what it writes, so it runs in this
-process (tests/shared_builds.command_export(ARGS, in_process=True): the command's flag parser and `main`, without a
-child's TensorFlow import), into the cache entry a child would write, so a command line that
-tests/docs/test_models_table.py runs too (the TF1 modules, EFML's both, the word-input biLM) is exported once. The module fixture `exports` starts them all in
-the background (the exports one after another, the children a few at a time), and each test waits only for the runs
-it reads. The model-level readers are tested in
+Every export is a child process (`python export.py ...`, cwd the repository), as a user runs it. They are all started
+by the module fixture `exports`, a few at a time in the background, and each test waits only for the runs it reads;
+refusals and flag misuse must exit with status 2 and one error line. An export that succeeds is made through
+tests/shared_builds.command_export, so a command line that tests/docs/test_models_table.py runs too (the TF1 modules,
+EFML's both, the word-input biLM) is exported once. The model-level readers are tested in
 tests/model/test_{efml,tf1_hub,word_input,token_cache}.py; this file checks what the export command makes of them.
 
 Outputs are compared where the reference's mask is true; padded positions of a module's outputs must be exactly 0.
@@ -37,10 +35,10 @@ from tests.shared_builds import command_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
-SLOW_FIXTURES = {"exports"}  # every test reading an export.py run (an export or a child) is slow (tests/conftest.py)
+SLOW_FIXTURES = {"exports"}  # every test reading a child's result is slow (tests/conftest.py)
 TOL = 1e-5
 CHILD_TIMEOUT = 1200  # seconds for one child; generous: 2 busy cores, several children at once
-MAX_RUNNING = 2  # children at once (each is a TensorFlow process), besides the in-process exports
+MAX_RUNNING = 4  # children at once (each is a TensorFlow process)
 
 TF1 = {  # name -> (module folder, options file or None)
     "tiny": (FIXTURES / "tiny_tf1_hub" / "module", None),
@@ -62,47 +60,32 @@ def child_env() -> dict:
     return env
 
 
-def is_refusal(args: list[str]) -> bool:
-    """The jobs that name their own --export_dir are refusals: they must exit 2 and write nothing there."""
-    return any(arg.startswith("--export_dir=") for arg in args)
-
-
-def run_export_py(args: list[str]) -> subprocess.CompletedProcess:
-    """A refusal, run as a user runs it: its exit status and output."""
+def run_export_py(args: list[str]):
+    """An export that must succeed (ARGS name no --export_dir): its folder, shared with every module that runs the same
+    command line (tests/shared_builds.command_export). One that must be refused writes to a folder of its own: its
+    exit status and output."""
+    if not any(arg.startswith("--export_dir=") for arg in args):
+        return command_export(args)
     return subprocess.run([sys.executable, "export.py", *args], cwd=str(REPO), env=child_env(), capture_output=True,
                           text=True, timeout=CHILD_TIMEOUT)
 
 
 class ExportRuns:
-    """Each job in the background, in the order given: an export in this process
-    (`command_export(args, in_process=True)`, one at a time: its folder), a refusal in a child (`run_export_py`, at
-    most MAX_RUNNING at once: its result); `folder(name)` waits for an export, `result(name)` for a refusal."""
+    """`run_export_py` of each job in the background, at most MAX_RUNNING at once, in the order given; `folder(name)`
+    waits for an export, `result(name)` for a refusal."""
 
     def __init__(self, jobs: dict[str, list[str]], out: Path):
         self.out, self.jobs = out, jobs
-        timeout = CHILD_TIMEOUT * (1 + len(jobs))
-        self.exporting, self.refusing = Background(1, timeout), Background(MAX_RUNNING, timeout)
+        self.background = Background(MAX_RUNNING, timeout=CHILD_TIMEOUT * (1 + len(jobs) / MAX_RUNNING))
         for name, args in jobs.items():
-            if is_refusal(args):
-                self.refusing.start(name, functools.partial(run_export_py, args))
-            else:
-                self.exporting.start(name, functools.partial(command_export, args, in_process=True))
-
-    def _background(self, name: str) -> Background:
-        assert name in self.jobs, f"export {name} was not started: add it to JOBS_OF_TEST for this test"
-        return self.refusing if is_refusal(self.jobs[name]) else self.exporting
+            self.background.start(name, functools.partial(run_export_py, args))
 
     def result(self, name: str) -> subprocess.CompletedProcess:
-        return self._background(name).result(name)
+        assert name in self.jobs, f"export {name} was not started: add it to JOBS_OF_TEST for this test"
+        return self.background.result(name)
 
     def folder(self, name: str) -> Path:
-        return self._background(name).result(name)
-
-    def stop(self) -> dict[str, float]:
-        """Waits for the running jobs, drops the others: name -> wall seconds of each job that ran."""
-        for background in (self.exporting, self.refusing):
-            background.stop()
-        return {**self.exporting.elapsed, **self.refusing.elapsed}
+        return self.result(name)
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -208,7 +191,8 @@ def exports(tmp_path_factory, request):
     wanted = selected_jobs(request.session)
     runs = ExportRuns({name: args for name, args in export_jobs(out).items() if name in wanted}, out)
     yield runs
-    times = ", ".join(f"{name} {seconds:.0f}" for name, seconds in runs.stop().items())
+    runs.background.stop()
+    times = ", ".join(f"{name} {seconds:.0f}" for name, seconds in runs.background.elapsed.items())
     print(f"\n[test_converted_export] export.py runs, wall seconds (0: exported before): {times}")
 
 
