@@ -1,6 +1,7 @@
-"""Shared test set-up: quiet TensorFlow, the `slow` marker, and the reference fixtures."""
+"""Shared test set-up: quiet TensorFlow, the `slow` marker, the order the test files run in, and the reference fixtures."""
 
 import json
+import math
 import os
 import pathlib
 
@@ -17,6 +18,8 @@ tf.config.set_logical_device_configuration(
 )
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+# The suite's per-file times (measured, with the machine): the order files run in.
+SUITE_DURATIONS = pathlib.Path(__file__).parents[1] / "benchmarks" / "results" / "suite_durations_zen4.json"
 FIXTURE_NAMES = ("tiny", "tiny2")
 
 
@@ -28,11 +31,27 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(items):
     """A test module lists in SLOW_FIXTURES the fixtures that export, load, serve or train a model; every test that
-    uses one of them (directly or through another fixture) is slow, so the fast tier never builds them."""
+    uses one of them (directly or through another fixture) is slow, so the fast tier never builds them.
+
+    The files run longest first (a file not yet measured first of all): pytest-xdist hands each worker the next file
+    in this order (`--dist loadfile`), so the short files come last and fill the gaps, and the workers end together
+    instead of one running a long file alone at the end."""
     for item in items:
         slow_fixtures = set(getattr(item.module, "SLOW_FIXTURES", ()))
         if slow_fixtures & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    seconds = file_seconds()
+    items.sort(key=lambda item: -seconds.get(item.module.__name__, math.inf))  # stable: each file's own order kept
+
+
+def file_seconds() -> dict:
+    """Each test file's time in the newest measured run of the suite (module name -> seconds; {} if not readable)."""
+    try:
+        with open(SUITE_DURATIONS) as f:
+            runs = json.load(f)["runs"]
+        return runs[list(runs)[-1]]["by_file"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return {}
 
 
 class Fixture:
