@@ -88,11 +88,29 @@ def copy_of(export: str, target: Path) -> Path:
     return target
 
 
-def command_export(args: list[str]) -> Path:
-    """The folder `export.py ARGS --export_dir=FOLDER` writes, run once in a child process per distinct command line
-    (and per content of the files it names) and shared by every test that runs the same command (read-only).
+def _export_py_in_process(args: list[str], export_dir: Path) -> None:
+    """`export.py ARGS --export_dir=EXPORT_DIR` in this process: the command's own flag parser and `main`. Only for a
+    process that defines no other command's flags (tests/export/export_child.py): absl's flags are one global set, and
+    export.py's would collide with another command's of the same name."""
+    from absl import flags
 
-    `args` must not name --export_dir. A failing export raises AssertionError with the command's output."""
+    from elmo_tf.commands import export as command
+    from elmo_tf.utils.flag_checks import parse_flags
+
+    flags.FLAGS.unparse_flags()  # the previous command line's values back to the defaults
+    try:
+        command.main(parse_flags(["export.py", *args, f"--export_dir={export_dir}"]))
+    except SystemExit as e:  # a refusal (exit status 2): the export the test needed failed
+        raise AssertionError(f"export.py {' '.join(args)} exited with status {e.code}") from None
+
+
+def command_export(args: list[str], in_process: bool = False) -> Path:
+    """The folder `export.py ARGS --export_dir=FOLDER` writes, run once per distinct command line (and per content of
+    the files it names) and shared by every test that runs the same command (read-only).
+
+    It runs in a child process, as a user runs it, or with `in_process` in this one (`_export_py_in_process`: the
+    command's own parser and `main`); either way it is the same cache entry. `args` must not name --export_dir. A
+    failing export raises AssertionError with the command's output."""
     import subprocess
     import sys
 
@@ -102,6 +120,9 @@ def command_export(args: list[str]) -> Path:
     key = hashlib.sha256(" ".join(args).encode()).hexdigest()[:10]
 
     def build(target: Path) -> None:
+        if in_process:
+            _export_py_in_process(args, target)
+            return
         result = subprocess.run([sys.executable, "export.py", *args, f"--export_dir={target}"], cwd=REPO,
                                 capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, f"export.py {' '.join(args)} failed:\n{result.stderr[-3000:]}"

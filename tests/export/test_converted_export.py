@@ -3,11 +3,12 @@ checked as users load the result: `tf.saved_model.load(dir).signatures["tokens"]
 `signatures["default"]` (text, where str.split() gives the fixture's tokens exactly), or the `--format=hdf5` folder
 read back with `load_original`.
 
-Every export is a child process (`python export.py ...`, cwd the repository), as a user runs it. They are all started
-by the module fixture `exports`, a few at a time in the background, and each test waits only for the runs it reads;
-refusals and flag misuse must exit with status 2 and one error line. An export that succeeds is made through
-tests/shared_builds.command_export, so a command line that tests/docs/test_models_table.py runs too (the TF1 modules,
-EFML's both, the word-input biLM) is exported once. The model-level readers are tested in
+Refusals and flag misuse must exit with status 2 and one error line: each is a child process (`python export.py
+...`, cwd the repository), as a user runs it, a few at a time. The exports that succeed are checked by what they
+write: they all run in one child (tests/export/export_child.py: export.py's flag parser and `main` per command line,
+one TensorFlow start for all) into tests/shared_builds.command_export's cache entries, so a command line that
+tests/docs/test_models_table.py runs too (the TF1 modules, EFML's both, the word-input biLM) is exported once. The
+module fixture `exports` starts them all in the background, and each test waits only for the runs it reads. The model-level readers are tested in
 tests/model/test_{efml,tf1_hub,word_input,token_cache}.py; this file checks what the export command makes of them.
 
 Outputs are compared where the reference's mask is true; padded positions of a module's outputs must be exactly 0.
@@ -21,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -31,14 +33,13 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tests.export.background import Background  # noqa: E402
-from tests.shared_builds import command_export  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 SLOW_FIXTURES = {"exports"}  # every test reading a child's result is slow (tests/conftest.py)
 TOL = 1e-5
 CHILD_TIMEOUT = 1200  # seconds for one child; generous: 2 busy cores, several children at once
-MAX_RUNNING = 4  # children at once (each is a TensorFlow process)
+MAX_RUNNING = 3  # refusal children at once, besides the export child (each is a TensorFlow process)
 
 TF1 = {  # name -> (module folder, options file or None)
     "tiny": (FIXTURES / "tiny_tf1_hub" / "module", None),
@@ -60,32 +61,76 @@ def child_env() -> dict:
     return env
 
 
-def run_export_py(args: list[str]):
-    """An export that must succeed (ARGS name no --export_dir): its folder, shared with every module that runs the same
-    command line (tests/shared_builds.command_export). One that must be refused writes to a folder of its own: its
-    exit status and output."""
-    if not any(arg.startswith("--export_dir=") for arg in args):
-        return command_export(args)
+def run_export_py(args: list[str]) -> subprocess.CompletedProcess:
+    """A refusal (ARGS name an --export_dir of their own), run as a user runs it: its exit status and output."""
     return subprocess.run([sys.executable, "export.py", *args], cwd=str(REPO), env=child_env(), capture_output=True,
                           text=True, timeout=CHILD_TIMEOUT)
 
 
+class ExportChild:
+    """The exports that must succeed, all in one child process (tests/export/export_child.py: export.py's parser and
+    `main` per command line, one TensorFlow start for all), one at a time; each into the cache entry of
+    tests/shared_builds.command_export, which test_models_table's runs of the same command lines share."""
+
+    def __init__(self, log: Path):
+        self.log = log
+        with open(log, "w") as stderr:
+            self.proc = subprocess.Popen([sys.executable, "-m", "tests.export.export_child"], cwd=str(REPO),
+                                         env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                         text=True)
+        self.lock = threading.Lock()
+
+    def export(self, args: list[str]) -> Path:
+        with self.lock:
+            self.proc.stdin.write(json.dumps(args) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        assert line, f"the export child stopped:\n{self.log.read_text()[-3000:]}"
+        answer = json.loads(line)
+        assert "folder" in answer, f"export.py {' '.join(args)}: {answer['error']}\n{self.log.read_text()[-3000:]}"
+        return Path(answer["folder"])
+
+    def stop(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 class ExportRuns:
-    """`run_export_py` of each job in the background, at most MAX_RUNNING at once, in the order given; `folder(name)`
-    waits for an export, `result(name)` for a refusal."""
+    """Each job in the background, in the order given: an export in the `ExportChild` (one at a time: its folder), a
+    refusal in a child of its own (`run_export_py`, at most MAX_RUNNING at once: its result); `folder(name)` waits for
+    an export, `result(name)` for a refusal."""
 
     def __init__(self, jobs: dict[str, list[str]], out: Path):
         self.out, self.jobs = out, jobs
-        self.background = Background(MAX_RUNNING, timeout=CHILD_TIMEOUT * (1 + len(jobs) / MAX_RUNNING))
+        timeout = CHILD_TIMEOUT * (1 + len(jobs))
+        self.child = ExportChild(out / "export_child.log")
+        self.exporting, self.refusing = Background(1, timeout), Background(MAX_RUNNING, timeout)
         for name, args in jobs.items():
-            self.background.start(name, functools.partial(run_export_py, args))
+            if any(arg.startswith("--export_dir=") for arg in args):
+                self.refusing.start(name, functools.partial(run_export_py, args))
+            else:
+                self.exporting.start(name, functools.partial(self.child.export, args))
+
+    def _of(self, name: str) -> Background:
+        assert name in self.jobs, f"export {name} was not started: add it to JOBS_OF_TEST for this test"
+        return self.exporting if self.exporting.started(name) else self.refusing
 
     def result(self, name: str) -> subprocess.CompletedProcess:
-        assert name in self.jobs, f"export {name} was not started: add it to JOBS_OF_TEST for this test"
-        return self.background.result(name)
+        return self._of(name).result(name)
 
     def folder(self, name: str) -> Path:
-        return self.result(name)
+        return self._of(name).result(name)
+
+    def stop(self) -> dict[str, float]:
+        """Waits for the runs begun, stops the child: each run's wall seconds."""
+        self.exporting.stop()
+        self.refusing.stop()
+        self.child.stop()
+        return {**self.exporting.elapsed, **self.refusing.elapsed}
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -191,8 +236,7 @@ def exports(tmp_path_factory, request):
     wanted = selected_jobs(request.session)
     runs = ExportRuns({name: args for name, args in export_jobs(out).items() if name in wanted}, out)
     yield runs
-    runs.background.stop()
-    times = ", ".join(f"{name} {seconds:.0f}" for name, seconds in runs.background.elapsed.items())
+    times = ", ".join(f"{name} {seconds:.0f}" for name, seconds in runs.stop().items())
     print(f"\n[test_converted_export] export.py runs, wall seconds (0: exported before): {times}")
 
 
