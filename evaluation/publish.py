@@ -183,8 +183,13 @@ def card_eval_commands(folder: str) -> dict[str, list[str]]:
     after `.venv/bin/python` (run them from the repository's root)."""
     with open(os.path.join(folder, CARD_MD), encoding="utf-8") as f:
         lines = [line for line in f.read().splitlines() if line.startswith(".venv/bin/python train.py --mode=eval")]
-    return {file: next(line for line in lines if line.endswith(path)).split()[1:]
-            for file, path in read_card(folder)["heldout_paths"].items()}
+    commands = {}
+    for file, path in read_card(folder)["heldout_paths"].items():
+        shown = [line for line in lines if line.endswith(path)]
+        if len(shown) != 1:
+            raise ValueError(f"{folder}/{CARD_MD} shows {len(shown)} held-out commands for {path}; expected 1.")
+        commands[file] = shown[0].split()[1:]
+    return commands
 
 
 def model_card(card: dict, folder: str) -> str:

@@ -60,34 +60,7 @@ _PUBLIC = {
     "single_model_config": ("elmo_tf.serving.model_config", "single_model_config"),
 }
 
-__all__ = [
-    "DEFAULT_SIGNATURE",
-    "FLOAT_FORMATS",
-    "SEQUENCE_LEN",
-    "Batcher",
-    "GrpcServer",
-    "LoadedVersion",
-    "Metrics",
-    "ModelConfig",
-    "ModelRegistry",
-    "ModelServer",
-    "RestApi",
-    "RestServer",
-    "ServedModel",
-    "ServerOptions",
-    "Signature",
-    "VersionPolicy",
-    "add_grpc_services",
-    "json_to_array",
-    "load_monitoring_config",
-    "parse_predict_request",
-    "predict_response",
-    "predict_response_body",
-    "read_model_config_file",
-    "resolve_model_dir",
-    "serve",
-    "single_model_config",
-]
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name):

@@ -15,8 +15,8 @@ def make_strategy(num_gpus: Optional[int] = None, devices: Optional[list[str]] =
     """MultiWorkerMirroredStrategy when TF_CONFIG names several workers; else MirroredStrategy.
 
     MirroredStrategy uses `devices` when given (logical device names), else all visible GPUs (or the first
-    `num_gpus`), or the logical CPU devices when there is no GPU (tests split the CPU into several). Each MirroredStrategy made here has collective keys of
-    its own, so trainings of different shapes can follow one another in a process (a biLM, then its adaptation);
+    `num_gpus`), or the logical CPU devices when there is no GPU (tests split the CPU into several). Each
+    MirroredStrategy made here has collective keys of its own, so trainings of different shapes can follow one another in a process (a biLM, then its adaptation);
     two built directly with `tf.distribute.MirroredStrategy` share theirs and cannot.
     """
     tf_config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
